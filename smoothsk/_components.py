@@ -1,0 +1,31 @@
+"""What every interchangeable component (sigma search, sampler, allocator, schedule) shares."""
+
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import validate_parameter_constraints
+
+
+class Component(BaseEstimator):
+    """A small scikit-learn-style object: parameters in ``__init__``, checked on use.
+
+    Subclasses declare ``_parameter_constraints`` (scikit-learn's format) and
+    call :meth:`validate` before any expensive work; ``__init__`` stores
+    parameters unchanged, as scikit-learn requires for ``clone``.
+    """
+
+    _parameter_constraints: dict = {}
+
+    def validate(self):
+        """Raise ``ValueError`` naming the parameter if a parameter is invalid.
+
+        Returns
+        -------
+        self
+        """
+        validate_parameter_constraints(
+            self._parameter_constraints, self.get_params(deep=False),
+            caller_name=type(self).__name__)
+        self._check_consistency()
+        return self
+
+    def _check_consistency(self):
+        """Hook for checks that involve several parameters."""

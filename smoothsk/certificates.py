@@ -1,0 +1,51 @@
+"""The ``ABSTAIN`` label and the per-input record that certification returns."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ABSTAIN", "Certificates"]
+
+#: Label returned where the smoothed classifier abstains.
+ABSTAIN = -1
+
+
+@dataclass
+class Certificates:
+    """Per-input results of one certification, all arrays of shape (n_inputs,).
+
+    Attributes
+    ----------
+    prediction : ndarray of int
+        Index into ``classes_`` of the certified class, ``ABSTAIN`` (-1) where
+        the certificate abstains. (``SampleWiseSmoothedClassifier.certify``
+        returns labels; this record keeps indices.)
+    radius : ndarray of float
+        Certified L2 radius; 0 where abstained.
+    sigma : ndarray of float
+        Noise level the certificate was computed at.
+    p_lower : ndarray of float
+        Lower confidence bound on the top-class probability under that noise.
+    n_samples : ndarray of int
+        Noisy samples spent on the certificate (selection plus estimation).
+    search_steps : ndarray of int
+        Noise-level search steps (model evaluations of the search) spent.
+    region : ndarray of int
+        Index into ``regions_`` of the robust region the certificate belongs
+        to, -1 where the allocator keeps no regions.
+    """
+
+    prediction: np.ndarray
+    radius: np.ndarray
+    sigma: np.ndarray
+    p_lower: np.ndarray
+    n_samples: np.ndarray
+    search_steps: np.ndarray = None
+    region: np.ndarray = None
+
+    def __post_init__(self):
+        n_inputs = len(self.prediction)
+        if self.search_steps is None:
+            self.search_steps = np.zeros(n_inputs, dtype=np.int64)
+        if self.region is None:
+            self.region = np.full(n_inputs, -1, dtype=np.int64)

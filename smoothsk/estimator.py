@@ -1,0 +1,618 @@
+"""``SampleWiseSmoothedClassifier``: randomized smoothing with per-input noise, as an estimator.
+
+The class subclasses skorch's :class:`~skorch.NeuralNet` rather than owning
+one: skorch's parameters and prefix routing (``module__*``, ``optimizer__*``,
+``callbacks__*``, ``iterator_train__*``), its history, callbacks, device
+handling and pickling (a model fitted on GPU loads on a CPU-only machine) then
+work unchanged, and ``fit``/``partial_fit``/``warm_start`` keep skorch's
+meaning. It overrides only what smoothing changes: label encoding, input
+checks, the training step (noise with per-sample sigma), fast tensor-slicing
+batches, and inference (``predict``, ``predict_proba``, ``certify``).
+"""
+
+import hashlib
+import inspect
+import os
+from numbers import Integral, Real
+from pathlib import Path
+
+import joblib
+import numpy as np
+import torch
+from sklearn.base import ClassifierMixin, clone
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils import check_array, check_consistent_length, check_random_state
+from sklearn.utils._param_validation import HasMethods, Interval, validate_parameter_constraints
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+from skorch import NeuralNet
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from .certificates import ABSTAIN, Certificates
+from .engine import MonteCarloEngine
+from .regions import NoRegions, RegionStore
+from .sampling import FixedSampler
+from .statistics import binomial_abstains
+from .training import FixedSigmaTraining
+
+__all__ = ["SampleWiseSmoothedClassifier"]
+
+_PREDICT_STAGE = (7,)
+_COMPONENTS = ("training", "sigma_search", "sampler", "allocator")
+
+
+class _IndexedTensorDataset(Dataset):
+    """Training tensors whose items are ``(x, y, position)``."""
+
+    def __init__(self, X, y):
+        self.X = X
+        self.y = y
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, i):
+        return self.X[i], self.y[i], i
+
+
+class _TensorBatches:
+    """Mini-batches by slicing tensors (skorch's item-by-item access is ~10x slower).
+
+    Parameters
+    ----------
+    dataset : _IndexedTensorDataset or torch Subset of one
+    batch_size : int
+    shuffle : bool
+    generator : torch.Generator or None
+        Source of the shuffling permutation.
+    """
+
+    def __init__(self, dataset, batch_size, shuffle, generator):
+        if isinstance(dataset, Subset):
+            self.positions = torch.as_tensor(np.asarray(dataset.indices), dtype=torch.int64)
+            dataset = dataset.dataset
+        else:
+            self.positions = torch.arange(len(dataset))
+        self.dataset = dataset
+        self.batch_size = len(self.positions) if batch_size == -1 else batch_size
+        self.shuffle = shuffle
+        self.generator = generator
+
+    def __len__(self):
+        return -(-len(self.positions) // self.batch_size)
+
+    def __iter__(self):
+        positions = self.positions
+        if self.shuffle:
+            positions = positions[torch.randperm(len(positions), generator=self.generator)]
+        for start in range(0, len(positions), self.batch_size):
+            index = positions[start:start + self.batch_size]
+            yield self.dataset.X[index], self.dataset.y[index], index
+
+
+class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
+    """A smoothed classifier whose Gaussian noise level may differ per input.
+
+    ``g(x) = argmax_c P(f(x + e) = c)``, ``e ~ N(0, sigma(x)^2 I)``, where
+    ``f`` is ``module``. ``certify`` returns, per input, a class and an L2
+    radius that hold with probability at least ``1 - alpha`` (Cohen et al.
+    2019, with the guarantee of the chosen ``allocator``).
+
+    Parameters
+    ----------
+    module : torch.nn.Module class or instance
+        Base classifier returning logits (n, n_classes). If it is a class
+        whose ``__init__`` takes ``n_classes`` and ``module__n_classes`` is not
+        set, the number of classes seen in ``fit`` is passed. Noise is added
+        in its input space, so normalisation belongs inside it.
+    training : BaseTrainingSchedule or None, default=None
+        Training schedule; None means ``FixedSigmaTraining(0.25)``.
+    sigma_search : BaseSigmaSearch or None, default=None
+        Test-time noise level per input; None means the schedule's
+        ``default_sigma_search()`` (``FixedSigma`` at the training sigma).
+    sampler : BaseSampler or None, default=None
+        Monte Carlo sample sizes; None means ``FixedSampler()``
+        (n = 100,000, n0 = 100, as Cohen et al.).
+    allocator : BaseAllocator or None, default=None
+        Robust-region allocation; None means ``NoRegions()``.
+    alpha : float, default=0.001
+        Failure probability of each certificate and of each ``predict``.
+    certify_batch_size : int, default=1000
+        Noisy copies per forward pass when sampling.
+    n_jobs : int or None, default=None
+        joblib workers for sampling (see :class:`~smoothsk.engine.MonteCarloEngine`);
+        results do not depend on it.
+    random_state : int, RandomState instance or None, default=None
+        Seeds weight initialisation, shuffling, training noise and the
+        Monte Carlo noise. An int makes ``fit``, ``predict`` and ``certify``
+        reproducible.
+    criterion : torch loss class, default=torch.nn.CrossEntropyLoss
+        Applied to logits.
+    train_split : callable or None, default=None
+        skorch's internal validation split; None trains on all data (the
+        certificates are the evaluation, and ``train_sigmas_`` covers every sample).
+    verbose : int, default=0
+        skorch's epoch log (1) or silence (0).
+    **kwargs
+        Any other :class:`skorch.NeuralNet` parameter (``optimizer``, ``lr``,
+        ``max_epochs``, ``batch_size``, ``device``, ``callbacks``, ...) and
+        prefixed parameters (``module__width``, ``optimizer__momentum``, ...).
+
+    Attributes
+    ----------
+    classes_ : ndarray, shape (n_classes,)
+        Class labels.
+    module_ : torch.nn.Module
+        The trained base classifier.
+    train_sigmas_ : ndarray of float, shape (n_train,)
+        Noise level of each training sample at the end of training.
+    regions_ : RegionStore
+        Robust regions allocated so far (empty without regions).
+    input_shape_ : tuple of int
+        Shape of one input.
+    n_features_in_ : int
+        Number of values in one input.
+    history : skorch.History
+        skorch's training history.
+
+    Examples
+    --------
+    >>> from smoothsk import SampleWiseSmoothedClassifier
+    >>> from smoothsk.datasets import load_digits_images
+    >>> from smoothsk.models import DigitsCNN
+    >>> from smoothsk.sampling import FixedSampler
+    >>> X, y = load_digits_images()
+    >>> clf = SampleWiseSmoothedClassifier(DigitsCNN, max_epochs=2, lr=0.1,
+    ...                                    sampler=FixedSampler(n=500), random_state=0)
+    >>> pred, radius = clf.fit(X[:300], y[:300]).certify(X[300:305])
+    >>> pred.shape, bool((radius >= 0).all())
+    ((5,), True)
+    """
+
+    _smoothing_constraints = {
+        "training": [HasMethods(["run", "batch_sigma"]), None],
+        "sigma_search": [HasMethods(["search"]), None],
+        "sampler": [HasMethods(["certify"]), None],
+        "allocator": [HasMethods(["allocate"]), None],
+        "alpha": [Interval(Real, 0, 1, closed="neither")],
+        "certify_batch_size": [Interval(Integral, 1, None, closed="left")],
+        "n_jobs": [Integral, None],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        module,
+        *,
+        training=None,
+        sigma_search=None,
+        sampler=None,
+        allocator=None,
+        alpha=0.001,
+        certify_batch_size=1000,
+        n_jobs=None,
+        random_state=None,
+        criterion=torch.nn.CrossEntropyLoss,
+        train_split=None,
+        verbose=0,
+        **kwargs,
+    ):
+        super().__init__(module, criterion, train_split=train_split, verbose=verbose, **kwargs)
+        self.training = training
+        self.sigma_search = sigma_search
+        self.sampler = sampler
+        self.allocator = allocator
+        self.alpha = alpha
+        self.certify_batch_size = certify_batch_size
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ params
+
+    def set_params(self, **params):
+        """Set parameters, including nested component parameters (``sampler__n``).
+
+        A nested parameter of a component left at None first puts the
+        default component in place, so ``set_params(sampler__n=1000)`` works
+        on a default-constructed estimator.
+
+        Returns
+        -------
+        self
+        """
+        nested = {key: val for key, val in params.items() if key.split("__", 1)[0] in _COMPONENTS and "__" in key}
+        own = {key: val for key, val in params.items() if key not in nested}
+        super().set_params(**own)
+        for name in _COMPONENTS:
+            sub = {key.split("__", 1)[1]: val for key, val in nested.items() if key.split("__", 1)[0] == name}
+            if sub:
+                component = getattr(self, name)
+                if component is None:
+                    component = self._default_component(name)
+                setattr(self, name, clone(component).set_params(**sub))
+        return self
+
+    def _default_component(self, name):
+        if name == "training":
+            return FixedSigmaTraining()
+        if name == "sigma_search":
+            return self._component("training").default_sigma_search()
+        if name == "sampler":
+            return FixedSampler()
+        return NoRegions()
+
+    def _component(self, name):
+        """The component in use for ``name``: the parameter, or its default."""
+        component = getattr(self, name)
+        return self._default_component(name) if component is None else component
+
+    def _validate_smoothing_params(self):
+        validate_parameter_constraints(
+            self._smoothing_constraints,
+            {key: getattr(self, key) for key in self._smoothing_constraints},
+            caller_name=type(self).__name__)
+        return {name: self._component(name).validate() for name in _COMPONENTS}
+
+    # ------------------------------------------------------------- input checks
+
+    def _check_X(self, X, reset):
+        """Validate inputs; returns a float32 C-contiguous array (n, *input_shape)."""
+        if isinstance(X, torch.Tensor):
+            X = X.detach().cpu().numpy()
+        X = check_array(X, allow_nd=True, dtype=np.float32, ensure_all_finite=True,
+                        ensure_min_samples=1, estimator=self, input_name="X")
+        if reset:
+            return np.ascontiguousarray(X)
+        check_is_fitted(self, "input_shape_")
+        n_features = int(np.prod(X.shape[1:]))
+        if n_features != self.n_features_in_:
+            raise ValueError(
+                f"X has {n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input (inputs of shape {self.input_shape_}).")
+        if X.shape[1:] != self.input_shape_:
+            if X.ndim == 2:  # flat inputs of the right size are reshaped
+                X = X.reshape((-1,) + self.input_shape_)
+            else:
+                raise ValueError(
+                    f"X has inputs of shape {X.shape[1:]}, but {type(self).__name__} was fitted "
+                    f"on inputs of shape {self.input_shape_}.")
+        return np.ascontiguousarray(X)
+
+    def _check_training_data(self, X, y, reset):
+        X = self._check_X(X, reset)
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y.ravel()
+        if y.ndim != 1:
+            raise ValueError(f"y must be one label per input (shape (n,)), got shape {y.shape}.")
+        check_consistent_length(X, y)
+        check_classification_targets(y)
+        return X, y
+
+    def _encode(self, y, reset):
+        """Class indices of labels ``y``; on ``reset`` learns ``classes_`` first."""
+        if reset:
+            encoder = LabelEncoder().fit(y)
+            if len(encoder.classes_) < 2:
+                raise ValueError(
+                    f"Classification needs at least 2 classes in y; got {len(encoder.classes_)} "
+                    f"class: {encoder.classes_.tolist()}.")
+            if np.any(encoder.classes_.astype(object) == ABSTAIN):
+                raise ValueError(
+                    f"y contains the label {ABSTAIN}, which is ABSTAIN, the label predict returns "
+                    "where the smoothed classifier abstains; relabel that class.")
+            return encoder.transform(y), encoder.classes_
+        unknown = np.setdiff1d(np.unique(y), self.classes_)
+        if len(unknown):
+            raise ValueError(f"y contains labels {unknown.tolist()} not among classes_ {self.classes_.tolist()}.")
+        return np.searchsorted(self.classes_, y), self.classes_
+
+    def _decode(self, prediction):
+        """Labels for class indices, ``ABSTAIN`` kept."""
+        labels = self.classes_[np.maximum(prediction, 0)]
+        if labels.dtype.kind in "iu":
+            return np.where(prediction == ABSTAIN, ABSTAIN, labels)
+        labels = labels.astype(object)
+        labels[prediction == ABSTAIN] = ABSTAIN
+        return labels
+
+    # ---------------------------------------------------------------- training
+
+    def fit(self, X, y, **fit_params):
+        """Train the base classifier with the training schedule.
+
+        Parameters
+        ----------
+        X : array-like of float, shape (n_samples, *input_shape)
+            Inputs in the model's input space.
+        y : array-like, shape (n_samples,)
+            Labels (integers or strings).
+        **fit_params
+            Passed on to skorch's ``fit_loop``.
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, y, reset=not self.warm_start or not self.initialized_, **fit_params)
+
+    def partial_fit(self, X, y, classes=None, **fit_params):
+        """Continue training without re-initialising (skorch semantics).
+
+        Parameters
+        ----------
+        X, y
+            As in :meth:`fit`.
+        classes : ignored
+            For scikit-learn compatibility.
+        **fit_params
+            Passed on to skorch's ``fit_loop``.
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, y, reset=not self.initialized_, **fit_params)
+
+    def _fit(self, X, y, reset, **fit_params):
+        components = self._validate_smoothing_params()
+        X, y = self._check_training_data(X, y, reset)
+        y_index, classes = self._encode(y, reset)
+        if reset:
+            self.classes_ = classes
+            self.input_shape_ = X.shape[1:]
+            self.n_features_in_ = int(np.prod(self.input_shape_))
+            self.initialize()
+            self.regions_ = RegionStore.empty(self.n_features_in_)
+        self.training_ = components["training"]
+        # Training randomness, seeded per run so that a refit repeats and a
+        # partial_fit continues with fresh noise; dropped when pickled.
+        self.noise_generator_ = torch.Generator(device=self.device).manual_seed(self._seed(1) + len(self.history))
+        self.shuffle_generator_ = torch.Generator().manual_seed(self._seed(2) + len(self.history))
+        X_t, y_t = torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64)
+        self.notify("on_train_begin", X=X_t, y=y_t)
+        try:
+            self.training_.run(self, X_t, y_t, **fit_params)
+        except KeyboardInterrupt:
+            pass
+        self.notify("on_train_end", X=X_t, y=y_t)
+        return self
+
+    def _seed(self, salt):
+        """A non-negative int seed from ``random_state`` for one use (``salt``)."""
+        if self.random_state is None or isinstance(self.random_state, np.random.RandomState):
+            return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        return int(np.random.SeedSequence([int(self.random_state), salt]).generate_state(1)[0])
+
+    def initialize_module(self):
+        """Build the module (seeded by ``random_state``), passing ``n_classes`` if it takes it.
+
+        Returns
+        -------
+        self
+        """
+        kwargs = self.get_params_for("module")
+        if (isinstance(self.module, type) and "n_classes" not in kwargs and hasattr(self, "classes_")
+                and "n_classes" in inspect.signature(self.module).parameters):
+            kwargs["n_classes"] = len(self.classes_)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self._seed(0))
+            module = self.initialized_instance(self.module, kwargs)
+            if hasattr(self, "input_shape_") and any(
+                    isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
+                with torch.no_grad():  # materialise lazy layers before the optimizer sees them
+                    module(torch.zeros((1,) + self.input_shape_))
+        self.module_ = module
+        return self
+
+    def get_dataset(self, X, y=None):
+        """Training tensors as an indexed dataset (items ``(x, y, position)``)."""
+        if isinstance(X, Dataset):
+            return X
+        return _IndexedTensorDataset(torch.as_tensor(X), torch.as_tensor(y))
+
+    def get_iterator(self, dataset, training=False):
+        """Batches by tensor slicing; a custom ``iterator_train``/``iterator_valid`` is honoured."""
+        iterator = self.iterator_train if training else self.iterator_valid
+        if iterator is not DataLoader:
+            return super().get_iterator(dataset, training)
+        kwargs = self.get_params_for("iterator_train" if training else "iterator_valid")
+        shuffle = kwargs.get("shuffle", training)
+        return _TensorBatches(dataset, kwargs.get("batch_size", self.batch_size), shuffle, self.shuffle_generator_)
+
+    def _batch_loss(self, batch):
+        X, y, index = (part.to(self.device) for part in batch)
+        sigma = self.training_.batch_sigma(self, X, y, index)
+        return self.training_.objective_.loss(self, X, y, sigma)
+
+    def train_step_single(self, batch, **fit_params):
+        """Loss on noisy copies with each sample's sigma; backward.
+
+        Returns
+        -------
+        dict
+            ``{'loss': loss, 'y_pred': logits on one noisy copy per sample}``.
+        """
+        self._set_training(True)
+        loss, logits = self._batch_loss(batch)
+        loss.backward()
+        return {"loss": loss, "y_pred": logits}
+
+    def validation_step(self, batch, **fit_params):
+        """Validation loss under the same per-sample noise as training.
+
+        Returns
+        -------
+        dict
+            ``{'loss': loss, 'y_pred': logits}``.
+        """
+        self._set_training(False)
+        with torch.no_grad():
+            loss, logits = self._batch_loss(batch)
+        return {"loss": loss, "y_pred": logits}
+
+    def on_epoch_begin(self, net, dataset_train=None, dataset_valid=None, **kwargs):
+        """Let the training schedule update per-sample sigmas before each epoch."""
+        super().on_epoch_begin(net, dataset_train, dataset_valid, **kwargs)
+        self.training_.on_epoch_begin(self)
+
+    # --------------------------------------------------------------- inference
+
+    def _engine(self, root_seed):
+        self.module_.eval()
+        return MonteCarloEngine(self.module_, len(self.classes_), self.certify_batch_size,
+                                self.device, self.n_jobs, root_seed=root_seed)
+
+    def _smoothing_sigma(self, X, components, engine):
+        """Searched sigma, then the allocator's (region) sigma: what ``predict`` smooths with."""
+        sigma = components["sigma_search"].search(engine, torch.from_numpy(X)).sigma
+        return components["allocator"].assign_sigma(self.regions_, X.reshape(len(X), -1), sigma)
+
+    def _prediction_counts(self, X):
+        self.check_is_fitted()
+        components = self._validate_smoothing_params()
+        X = self._check_X(X, reset=False)
+        engine = self._engine(self._seed(3))
+        sigma = self._smoothing_sigma(X, components, engine)
+        n = components["sampler"].prediction_sample_size
+        return engine.class_counts(torch.from_numpy(X), sigma, n, _PREDICT_STAGE), n
+
+    def predict(self, X):
+        """Cohen et al.'s PREDICT: the top class, or ``ABSTAIN`` if not significant.
+
+        Returns the top class of the Monte Carlo counts when a two-sided
+        binomial test of the top two counts rejects a tie at level ``alpha``;
+        so a returned class differs from ``g(x)`` with probability at most alpha.
+
+        Parameters
+        ----------
+        X : array-like of float, shape (n_inputs, *input_shape)
+
+        Returns
+        -------
+        labels : ndarray, shape (n_inputs,)
+            Class labels, ``ABSTAIN`` (-1) where the test abstains.
+        """
+        counts, _ = self._prediction_counts(X)
+        order = np.argsort(-counts, axis=1, kind="stable")
+        rows = np.arange(len(counts))
+        top, second = counts[rows, order[:, 0]], counts[rows, order[:, 1]]
+        prediction = np.where(binomial_abstains(top, second, self.alpha), ABSTAIN, order[:, 0])
+        return self._decode(prediction)
+
+    def predict_proba(self, X):
+        """Monte Carlo class frequencies under each input's noise.
+
+        Parameters
+        ----------
+        X : array-like of float, shape (n_inputs, *input_shape)
+
+        Returns
+        -------
+        proba : ndarray of float, shape (n_inputs, n_classes)
+            Fraction of noisy copies classified as each class of ``classes_``.
+        """
+        counts, n = self._prediction_counts(X)
+        return counts / n
+
+    def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000):
+        """Certified prediction and L2 radius per input.
+
+        Parameters
+        ----------
+        X : array-like of float, shape (n_inputs, *input_shape)
+        return_details : bool, default=False
+            Also return the per-input :class:`~smoothsk.certificates.Certificates`.
+        checkpoint : str or Path, optional
+            File that records finished chunks of ``checkpoint_every`` inputs. A
+            run that is interrupted (or crashes) and is called again with the
+            same estimator, inputs and file resumes after the last finished
+            chunk, with identical results; the file is removed on success.
+        checkpoint_every : int, default=1000
+            Inputs per chunk when ``checkpoint`` is given.
+
+        Returns
+        -------
+        prediction : ndarray, shape (n_inputs,)
+            Certified labels, ``ABSTAIN`` (-1) where abstained.
+        radius : ndarray of float, shape (n_inputs,)
+            Certified L2 radius, 0 where abstained.
+        details : Certificates
+            Only with ``return_details``; ``details.prediction`` holds class indices.
+        """
+        self.check_is_fitted()
+        components = self._validate_smoothing_params()
+        X = self._check_X(X, reset=False)
+        if checkpoint is None:
+            certificates = self._certify_rows(X, np.arange(len(X)), components, self._seed(4))
+        else:
+            certificates = self._certify_with_checkpoint(X, components, Path(checkpoint), int(checkpoint_every))
+        prediction = self._decode(certificates.prediction)
+        if return_details:
+            return prediction, certificates.radius, certificates
+        return prediction, certificates.radius
+
+    def _certify_rows(self, X, rows, components, root_seed):
+        """Certify ``X[rows]``, keying noise by row so chunks match a one-shot run."""
+        engine = self._engine(root_seed).restricted(rows)
+        X_rows = torch.from_numpy(X[rows])
+        searched = components["sigma_search"].search(engine, X_rows)
+        sampler = components["sampler"]
+
+        def certify_fn(subset, sigma, stage):
+            return sampler.certify(engine.restricted(subset), X_rows[subset], sigma, self.alpha, stage)
+
+        certificates = components["allocator"].allocate(
+            self.regions_, X[rows].reshape(len(rows), -1), searched.sigma, certify_fn)
+        certificates.search_steps = searched.steps
+        return certificates
+
+    def _certify_with_checkpoint(self, X, components, path, every):
+        fingerprint = hashlib.sha256(X.tobytes())
+        fingerprint.update(repr((X.shape, self.get_params(deep=False).items(), self.alpha)).encode())
+        state = joblib.load(path) if path.exists() else None
+        if state is None or state["fingerprint"] != fingerprint.hexdigest():
+            state = {"fingerprint": fingerprint.hexdigest(), "root_seed": self._seed(4), "done": []}
+        else:
+            self.regions_ = state["regions"]
+        for start in range(len(state["done"]) * every, len(X), every):
+            rows = np.arange(start, min(start + every, len(X)))
+            state["done"].append(self._certify_rows(X, rows, components, state["root_seed"]))
+            state["regions"] = self.regions_
+            joblib.dump(state, path.with_suffix(path.suffix + ".tmp"))
+            os.replace(path.with_suffix(path.suffix + ".tmp"), path)
+        path.unlink(missing_ok=True)
+        return Certificates(*(np.concatenate([getattr(c, name) for c in state["done"]]) for name in (
+            "prediction", "radius", "sigma", "p_lower", "n_samples", "search_steps", "region")))
+
+    def reset_regions(self):
+        """Forget all allocated robust regions.
+
+        Returns
+        -------
+        self
+        """
+        self.check_is_fitted()
+        self.regions_ = RegionStore.empty(self.n_features_in_)
+        return self
+
+    def check_is_fitted(self, attributes=None, *args, **kwargs):
+        """Raise ``NotFittedError`` unless ``fit`` has run."""
+        check_is_fitted(self, attributes or ["module_", "classes_", "input_shape_"])
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        for transient in ("noise_generator_", "shuffle_generator_"):
+            state.pop(transient, None)
+        return state
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "classes_") and hasattr(self, "module_")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.three_d_array = True
+        tags.non_deterministic = self.random_state is None
+        return tags

@@ -1,0 +1,156 @@
+"""Certified-robustness metrics and scikit-learn scorers."""
+
+import numpy as np
+
+__all__ = [
+    "average_certified_radius",
+    "certified_accuracy",
+    "certified_accuracy_curve",
+    "acr_scorer",
+    "make_certified_accuracy_scorer",
+    "certification_scorers",
+]
+
+
+def _correct_radius(y_true, prediction, radius):
+    """Radius where the certified prediction is correct, -inf where it is wrong."""
+    y_true, prediction = np.asarray(y_true), np.asarray(prediction)
+    radius = np.asarray(radius, dtype=np.float64)
+    if not (len(y_true) == len(prediction) == len(radius)):
+        raise ValueError(f"y_true, prediction and radius must have the same length; got "
+                         f"{len(y_true)}, {len(prediction)} and {len(radius)}.")
+    correct = np.array([p == t for p, t in zip(prediction.tolist(), y_true.tolist())], dtype=bool)
+    return np.where(correct, radius, -np.inf)
+
+
+def average_certified_radius(y_true, prediction, radius):
+    """Average certified radius (ACR): mean of the radius where correct, else 0.
+
+    Parameters
+    ----------
+    y_true : array-like, shape (n_inputs,)
+        True labels.
+    prediction : array-like, shape (n_inputs,)
+        Certified labels (``ABSTAIN`` counts as wrong).
+    radius : array-like of float, shape (n_inputs,)
+        Certified radii.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> average_certified_radius([0, 1, 1], [0, 1, 0], [0.5, 1.0, 2.0])
+    0.5
+    """
+    correct_radius = _correct_radius(y_true, prediction, radius)
+    return float(np.mean(np.where(np.isfinite(correct_radius), correct_radius, 0.0)))
+
+
+def certified_accuracy(y_true, prediction, radius, r):
+    """Fraction of inputs predicted correctly with a certified radius of at least ``r``.
+
+    Parameters
+    ----------
+    y_true, prediction, radius : array-like, shape (n_inputs,)
+        As in :func:`average_certified_radius`.
+    r : float
+        Radius threshold.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> certified_accuracy([0, 1, 1], [0, 1, 0], [0.5, 1.0, 2.0], 0.75)
+    0.3333333333333333
+    """
+    return float(np.mean(_correct_radius(y_true, prediction, radius) >= r))
+
+
+def certified_accuracy_curve(y_true, prediction, radius, radii):
+    """Certified accuracy at each radius of ``radii``.
+
+    Parameters
+    ----------
+    y_true, prediction, radius : array-like, shape (n_inputs,)
+    radii : array-like of float, shape (n_radii,)
+
+    Returns
+    -------
+    ndarray of float, shape (n_radii,)
+    """
+    correct_radius = _correct_radius(y_true, prediction, radius)
+    return (correct_radius[None, :] >= np.asarray(radii, dtype=np.float64)[:, None]).mean(axis=1)
+
+
+def acr_scorer(estimator, X, y):
+    """Scorer ``(estimator, X, y) -> ACR`` for ``GridSearchCV(scoring=acr_scorer)``."""
+    prediction, radius = estimator.certify(X)
+    return average_certified_radius(y, prediction, radius)
+
+
+def make_certified_accuracy_scorer(r):
+    """Scorer ``(estimator, X, y) -> certified accuracy at radius r``.
+
+    Parameters
+    ----------
+    r : float
+
+    Returns
+    -------
+    callable
+    """
+    def scorer(estimator, X, y):
+        prediction, radius = estimator.certify(X)
+        return certified_accuracy(y, prediction, radius, r)
+
+    scorer.__name__ = f"certified_accuracy_at_{r:g}"
+    return scorer
+
+
+class _CertifyOnce:
+    """Memo of the last certification, shared by the scorers of one dict."""
+
+    def __init__(self):
+        self.key = None
+        self.value = None
+
+    def __call__(self, estimator, X):
+        key = (id(estimator), id(X), len(X))
+        if self.key != key:
+            self.key, self.value = key, estimator.certify(X)
+        return self.value
+
+
+def certification_scorers(radii):
+    """Scorers for ACR and certified accuracy at each radius, certifying each (estimator, X) once.
+
+    ``GridSearchCV(scoring=certification_scorers([0.25, 0.5]), refit="acr")``
+    calls the scorers one after another on the same fitted estimator and
+    split; they share one ``certify`` call.
+
+    Parameters
+    ----------
+    radii : iterable of float
+
+    Returns
+    -------
+    dict of str -> callable
+        ``"acr"`` and ``"certified_accuracy_at_<r>"`` per radius.
+    """
+    certify = _CertifyOnce()
+
+    def acr(estimator, X, y):
+        prediction, radius = certify(estimator, X)
+        return average_certified_radius(y, prediction, radius)
+
+    scorers = {"acr": acr}
+    for r in radii:
+        def at_r(estimator, X, y, r=float(r)):
+            prediction, radius = certify(estimator, X)
+            return certified_accuracy(y, prediction, radius, r)
+        scorers[f"certified_accuracy_at_{r:g}"] = at_r
+    return scorers

@@ -1,0 +1,81 @@
+"""Base class of the robust-region allocators."""
+
+from abc import abstractmethod
+
+import numpy as np
+
+from .._components import Component
+from ..certificates import Certificates
+from ..statistics import certified_radius
+
+
+class BaseAllocator(Component):
+    """Turns per-input certification into certificates, possibly through regions.
+
+    An allocator never sees the model: it gets the inputs, their searched
+    noise levels and a ``certify_fn`` that certifies chosen rows at chosen
+    noise levels, and it reads and extends the estimator's region store.
+    """
+
+    def allocate(self, regions, X, sigma, certify_fn):
+        """Certify the inputs and update the region store in place.
+
+        Parameters
+        ----------
+        regions : RegionStore
+            The estimator's ``regions_``.
+        X : ndarray of float32, shape (n_inputs, n_features)
+            Flattened inputs (region geometry lives in this space).
+        sigma : ndarray of float, shape (n_inputs,)
+            Noise levels chosen by the sigma search.
+        certify_fn : callable
+            ``certify_fn(rows, sigma_rows, stage) -> SamplingResult`` certifies
+            inputs ``X[rows]`` at ``sigma_rows``; a new ``stage`` tuple gives
+            samples independent of earlier calls.
+
+        Returns
+        -------
+        Certificates
+            ``search_steps`` left at zero (the estimator fills it).
+        """
+        self.validate()
+        return self._allocate(regions, X, np.asarray(sigma, dtype=np.float64), certify_fn)
+
+    @abstractmethod
+    def _allocate(self, regions, X, sigma, certify_fn):
+        """Return :class:`Certificates` for validated parameters."""
+
+    def assign_sigma(self, regions, X, sigma):
+        """Noise levels ``predict`` smooths each input with.
+
+        Parameters
+        ----------
+        regions : RegionStore
+        X : ndarray of float32, shape (n_inputs, n_features)
+        sigma : ndarray of float, shape (n_inputs,)
+            Noise levels chosen by the sigma search.
+
+        Returns
+        -------
+        sigma : ndarray of float, shape (n_inputs,)
+            The searched sigma, or the sigma of the region an input lies in.
+        """
+        return np.asarray(sigma, dtype=np.float64)
+
+
+def certificates_from_sampling(sampling, sigma, region=None):
+    """Certificates of inputs certified on their own, at their own sigma.
+
+    Parameters
+    ----------
+    sampling : SamplingResult
+    sigma : ndarray of float, shape (n_inputs,)
+    region : ndarray of int, shape (n_inputs,), optional
+
+    Returns
+    -------
+    Certificates
+    """
+    radius = np.where(sampling.prediction >= 0, certified_radius(sigma, sampling.p_lower), 0.0)
+    return Certificates(sampling.prediction, radius, sigma, sampling.p_lower, sampling.n_samples,
+                        region=region)
