@@ -74,16 +74,19 @@ class MonteCarloEngine:
         back-end such as dask or ray is active). ``None`` runs in-process.
     root_seed : int
         Seed of all noise drawn through this engine; see :func:`stream_keys`.
+    progress : tqdm progress bar or None
+        Advanced by the number of noisy copies of each batch.
     """
 
-    def __init__(self, module, n_classes, batch_size, device="cpu", n_jobs=None, root_seed=0):
+    def __init__(self, module, n_classes, batch_size, device="cpu", n_jobs=None, root_seed=0, progress=None):
         self.module = module
-        self.root_seed = int(root_seed)
-        self.positions = None
         self.n_classes = int(n_classes)
         self.batch_size = int(batch_size)
         self.device = torch.device(device)
         self.n_jobs = n_jobs
+        self.root_seed = int(root_seed)
+        self.progress = progress
+        self.positions = None
 
     def restricted(self, rows):
         """An engine for the subset ``rows`` of the current inputs.
@@ -243,4 +246,6 @@ class MonteCarloEngine:
                 window.index_add_(0, cells.view(-1), torch.softmax(logits.double(), dim=1).view(-1))
             else:
                 window += torch.bincount(slot + logits.argmax(dim=1), minlength=window.numel())
+            if self.progress is not None:
+                self.progress.update(batch_end - batch_start)
         return first, accumulator.view(-1, self.n_classes).cpu().numpy()

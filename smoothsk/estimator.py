@@ -13,6 +13,7 @@ batches, and inference (``predict``, ``predict_proba``, ``certify``).
 import hashlib
 import inspect
 import os
+import sys
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
 from torch.utils.data import DataLoader, Dataset, Subset
+from tqdm.auto import tqdm
 
 from .certificates import ABSTAIN, Certificates
 from .engine import MonteCarloEngine
@@ -460,10 +462,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
 
     # --------------------------------------------------------------- inference
 
-    def _engine(self, root_seed):
+    def _engine(self, root_seed, progress=None):
         self.module_.eval()
         return MonteCarloEngine(self.module_, len(self.classes_), self.certify_batch_size,
-                                self.device, self.n_jobs, root_seed=root_seed)
+                                self.device, self.n_jobs, root_seed=root_seed, progress=progress)
 
     def _smoothing_sigma(self, X, components, engine):
         """Searched sigma, then the allocator's (region) sigma: what ``predict`` smooths with."""
@@ -545,18 +547,21 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         self.check_is_fitted()
         components = self._validate_smoothing_params()
         X = self._check_X(X, reset=False)
-        if checkpoint is None:
-            certificates = self._certify_rows(X, np.arange(len(X)), components, self._seed(4))
-        else:
-            certificates = self._certify_with_checkpoint(X, components, Path(checkpoint), int(checkpoint_every))
+        with tqdm(desc="certify", unit=" noisy samples", unit_scale=True, mininterval=1.0,
+                  disable=not self.verbose, file=sys.stderr) as progress:
+            if checkpoint is None:
+                certificates = self._certify_rows(X, np.arange(len(X)), components, self._seed(4), progress)
+            else:
+                certificates = self._certify_with_checkpoint(
+                    X, components, Path(checkpoint), int(checkpoint_every), progress)
         prediction = self._decode(certificates.prediction)
         if return_details:
             return prediction, certificates.radius, certificates
         return prediction, certificates.radius
 
-    def _certify_rows(self, X, rows, components, root_seed):
+    def _certify_rows(self, X, rows, components, root_seed, progress):
         """Certify ``X[rows]``, keying noise by row so chunks match a one-shot run."""
-        engine = self._engine(root_seed).restricted(rows)
+        engine = self._engine(root_seed, progress).restricted(rows)
         X_rows = torch.from_numpy(X[rows])
         searched = components["sigma_search"].search(engine, X_rows)
         sampler = components["sampler"]
@@ -569,7 +574,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         certificates.search_steps = searched.steps
         return certificates
 
-    def _certify_with_checkpoint(self, X, components, path, every):
+    def _certify_with_checkpoint(self, X, components, path, every, progress):
         fingerprint = hashlib.sha256(X.tobytes())
         fingerprint.update(repr((X.shape, self.get_params(deep=False).items(), self.alpha)).encode())
         state = joblib.load(path) if path.exists() else None
@@ -579,7 +584,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             self.regions_ = state["regions"]
         for start in range(len(state["done"]) * every, len(X), every):
             rows = np.arange(start, min(start + every, len(X)))
-            state["done"].append(self._certify_rows(X, rows, components, state["root_seed"]))
+            state["done"].append(self._certify_rows(X, rows, components, state["root_seed"], progress))
             state["regions"] = self.regions_
             joblib.dump(state, path.with_suffix(path.suffix + ".tmp"))
             os.replace(path.with_suffix(path.suffix + ".tmp"), path)
