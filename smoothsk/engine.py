@@ -197,6 +197,32 @@ class MonteCarloEngine:
             return 1
         return max(1, min(n_batches, effective_n_jobs(self.n_jobs)))
 
+    def _segment_filler(self, noise):
+        """A function ``fill(key, offset, position, length)`` writing standard normal noise.
+
+        It fills ``noise[position:position + length]`` with the copies
+        ``offset .. offset + length - 1`` of the input whose stream key is
+        ``key``. The generator of a segment is keyed by ``(key, offset)``, so no
+        two segments of an input share a stream. On CPU it is numpy's Philox
+        with the 128-bit key ``(key, offset)``, drawn straight into the torch
+        buffer (torch's CPU generator would truncate seeds to 32 bits); on an
+        accelerator it is torch's Philox with a 64-bit seed mixed from both.
+        """
+        if self.device.type == "cpu":
+            buffer = noise.numpy()
+
+            def fill(key, offset, position, length):
+                generator = np.random.Generator(np.random.Philox(key=np.array([key, offset], dtype=np.uint64)))
+                generator.standard_normal(out=buffer[position:position + length], dtype=buffer.dtype)
+        else:
+            generator = torch.Generator(device=self.device)
+
+            def fill(key, offset, position, length):
+                seed = _splitmix64(np.uint64(key) ^ _splitmix64(np.uint64(offset)))
+                generator.manual_seed(int(seed))
+                noise[position:position + length].normal_(generator=generator)
+        return fill
+
     @torch.inference_mode()
     def _run_batches(self, plan, batch_starts):
         """Sum counts (or softmax) over the given batches of the packed plan.
@@ -212,7 +238,7 @@ class MonteCarloEngine:
                                   dtype=torch.float64 if soft else torch.int64, device=self.device)
         noise = torch.empty((min(self.batch_size, total),) + tuple(X.shape[1:]),
                             dtype=X.dtype, device=self.device)
-        generator = torch.Generator(device=self.device)
+        fill = self._segment_filler(noise)
         for batch_start in batch_starts:
             batch_start = int(batch_start)
             batch_end = min(batch_start + self.batch_size, total)
@@ -221,14 +247,13 @@ class MonteCarloEngine:
             hi = int(np.searchsorted(ends, batch_end - 1, side="right")) + 1
             seg_begin = np.maximum(starts[lo:hi], batch_start)
             seg_end = np.minimum(ends[lo:hi], batch_end)
-            seg_seeds = _splitmix64(keys[lo:hi] ^ _splitmix64((seg_begin - starts[lo:hi]).astype(np.uint64)))
-            batch_noise = noise[:batch_end - batch_start]
+            offsets = (seg_begin - starts[lo:hi]).astype(np.uint64)
             position = 0
-            for seed, length in zip(seg_seeds.tolist(), (seg_end - seg_begin).tolist()):
+            for key, offset, length in zip(keys[lo:hi].tolist(), offsets.tolist(), (seg_end - seg_begin).tolist()):
                 if length:
-                    generator.manual_seed(seed)
-                    batch_noise[position:position + length].normal_(generator=generator)
+                    fill(key, offset, position, length)
                     position += length
+            batch_noise = noise[:batch_end - batch_start]
             owner = torch.repeat_interleave(
                 torch.arange(lo, hi, device=self.device),
                 torch.as_tensor(seg_end - seg_begin, device=self.device),
