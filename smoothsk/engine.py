@@ -5,13 +5,14 @@ Given a model, inputs, a noise level per input and a sample count per input,
 across inputs (a batch may hold the last copies of one input and the first of
 the next) and reduces the model's outputs to class counts or mean softmax.
 
-Reproducibility does not depend on how the work is split. The copies of all
-inputs are laid end to end and cut into batches of ``batch_size``; a batch
-holds one *segment* per input it touches, and a segment's noise comes from a
-generator seeded by the input's stream key and the segment's offset within
-the input. Parallel workers take contiguous runs of these batches and their
-partial counts are summed, so any ``n_jobs`` (or a dask/ray back-end) gives the
-same counts as a single process.
+Reproducibility does not depend on how the work is split. The noise of copy
+``j`` of an input depends only on the input's stream key (root seed, stage and
+the input's position in the caller's array) and on ``j``: copies are drawn in
+fixed per-input blocks, each from its own keyed generator. The copies of all
+inputs are laid end to end and cut into batches of ``batch_size``; parallel
+workers take contiguous runs of these batches and their partial counts are
+summed. So any ``batch_size``, ``n_jobs``, joblib back-end (dask, ray), subset
+or chunking of the inputs gives the same counts.
 """
 
 import copy
@@ -23,6 +24,8 @@ from joblib import Parallel, delayed, effective_n_jobs
 __all__ = ["MonteCarloEngine", "stream_keys"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+# Noise is drawn in per-input blocks of about this many values (see _segment_filler).
+_BLOCK_VALUES = 16384
 
 
 def _splitmix64(values):
@@ -92,9 +95,9 @@ class MonteCarloEngine:
         """An engine for the subset ``rows`` of the current inputs.
 
         Components sample subsets (a search's undecided inputs, an allocator's
-        inputs to resample) by row; the restricted engine keys each row's noise
-        by its position in the full input array, so an input gets the same
-        noise whichever subset or chunk it is sampled in.
+        inputs to resample, a checkpointed chunk) by row; the restricted engine
+        keys each row's noise by its position in the full input array, so an
+        input gets the same noise whichever subset or chunk it is sampled in.
 
         Parameters
         ----------
@@ -202,25 +205,38 @@ class MonteCarloEngine:
 
         It fills ``noise[position:position + length]`` with the copies
         ``offset .. offset + length - 1`` of the input whose stream key is
-        ``key``. The generator of a segment is keyed by ``(key, offset)``, so no
-        two segments of an input share a stream. On CPU it is numpy's Philox
-        with the 128-bit key ``(key, offset)``, drawn straight into the torch
-        buffer (torch's CPU generator would truncate seeds to 32 bits); on an
-        accelerator it is torch's Philox with a 64-bit seed mixed from both.
+        ``key``. Copies are grouped in fixed blocks of ``block`` copies per
+        input, and each block is drawn whole from a generator keyed by
+        ``(key, block index)``: the noise of a copy therefore depends only on
+        its input's key and its index, not on how copies are packed into
+        batches, split across workers or chunked. On CPU the generator is
+        numpy's Philox with the 128-bit key ``(key, block)`` (torch's CPU
+        generator truncates seeds to 32 bits); on an accelerator it is torch's
+        Philox seeded with a 64-bit mix of both.
         """
+        per_copy = int(np.prod(noise.shape[1:]))
+        block = max(1, _BLOCK_VALUES // per_copy)
+        scratch = torch.empty((block,) + tuple(noise.shape[1:]), dtype=noise.dtype, device=noise.device)
         if self.device.type == "cpu":
-            buffer = noise.numpy()
-
-            def fill(key, offset, position, length):
-                generator = np.random.Generator(np.random.Philox(key=np.array([key, offset], dtype=np.uint64)))
-                generator.standard_normal(out=buffer[position:position + length], dtype=buffer.dtype)
+            def draw(key, index, out):
+                generator = np.random.Generator(np.random.Philox(key=np.array([key, index], dtype=np.uint64)))
+                generator.standard_normal(out=out.numpy(), dtype=out.numpy().dtype)
         else:
             generator = torch.Generator(device=self.device)
 
-            def fill(key, offset, position, length):
-                seed = _splitmix64(np.uint64(key) ^ _splitmix64(np.uint64(offset)))
-                generator.manual_seed(int(seed))
-                noise[position:position + length].normal_(generator=generator)
+            def draw(key, index, out):
+                generator.manual_seed(int(_splitmix64(np.uint64(key) ^ _splitmix64(np.uint64(index)))))
+                out.normal_(generator=generator)
+
+        def fill(key, offset, position, length):
+            for index in range(offset // block, (offset + length - 1) // block + 1):
+                lo, hi = max(offset, index * block), min(offset + length, (index + 1) * block)
+                target = noise[position + lo - offset:position + hi - offset]
+                if hi - lo == block:
+                    draw(key, index, target)
+                else:  # a partial block: draw it whole, keep the part this segment holds
+                    draw(key, index, scratch)
+                    target.copy_(scratch[lo - index * block:hi - index * block])
         return fill
 
     @torch.inference_mode()
