@@ -11,8 +11,10 @@ the input's position in the caller's array) and on ``j``: copies are drawn in
 fixed per-input blocks, each from its own keyed generator. The copies of all
 inputs are laid end to end and cut into batches of ``batch_size``; parallel
 workers take contiguous runs of these batches and their partial counts are
-summed. So any ``batch_size``, ``n_jobs``, joblib back-end (dask, ray), subset
-or chunking of the inputs gives the same counts.
+summed. So any ``n_jobs`` or joblib back-end (dask, ray) gives the same
+counts, and any ``batch_size``, subset or chunking of the inputs the same
+noise (hence the same counts, up to the rare argmax flip that a model's
+batch-size-dependent floating point can cause).
 """
 
 import copy
