@@ -17,13 +17,17 @@ class Component(BaseEstimator):
     def validate(self):
         """Raise ``ValueError`` naming the parameter if a parameter is invalid.
 
+        Parameters that are components themselves are validated too.
+
         Returns
         -------
         self
         """
-        validate_parameter_constraints(
-            self._parameter_constraints, self.get_params(deep=False),
-            caller_name=type(self).__name__)
+        params = self.get_params(deep=False)
+        validate_parameter_constraints(self._parameter_constraints, params, caller_name=type(self).__name__)
+        for value in params.values():
+            if isinstance(value, Component):  # e.g. a schedule's objective
+                value.validate()
         self._check_consistency()
         return self
 

@@ -6,15 +6,16 @@ across inputs (a batch may hold the last copies of one input and the first of
 the next) and reduces the model's outputs to class counts or mean softmax.
 
 Reproducibility does not depend on how the work is split. The noise of copy
-``j`` of an input depends only on the input's stream key (root seed, stage and
-the input's position in the caller's array) and on ``j``: copies are drawn in
-fixed per-input blocks, each from its own keyed generator. The copies of all
-inputs are laid end to end and cut into batches of ``batch_size``; parallel
-workers take contiguous runs of these batches and their partial counts are
-summed. So any ``n_jobs`` or joblib back-end (dask, ray) gives the same
-counts, and any ``batch_size``, subset or chunking of the inputs the same
-noise (hence the same counts, up to the rare argmax flip that a model's
-batch-size-dependent floating point can cause).
+``j`` of an input is row ``j % NOISE_BLOCK`` of noise block ``j // NOISE_BLOCK``
+of a stream that depends only on the root seed, the sampling stage and the
+input's position in the caller's full input array. On the CPU a block is
+drawn by a Philox generator whose 128-bit key is (stage key, position) and
+whose counter starts at the block index in its highest word, so no two
+(stage, input, block) triples share a stream; on other devices by the
+device's generator seeded with a 64-bit hash of the triple. The counts of an
+input are therefore the same whatever the batch size, the other inputs in a
+batch, ``n_jobs`` (workers take contiguous runs of batches and their counts
+are summed) or the subset of rows being sampled (:meth:`MonteCarloEngine.restricted`).
 """
 
 import copy
@@ -23,41 +24,103 @@ import numpy as np
 import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
-__all__ = ["MonteCarloEngine", "stream_keys"]
+__all__ = ["MonteCarloEngine", "NOISE_BLOCK", "stage_key"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-# Noise is drawn in per-input blocks of about this many values (see _segment_filler).
-_BLOCK_VALUES = 16384
+#: Noisy copies per noise block (the unit of seeding, independent of the batch size).
+NOISE_BLOCK = 128
 
-
-def _splitmix64(values):
-    """Splitmix64 finaliser, vectorised over a uint64 array (wraps modulo 2**64)."""
-    z = values + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+_MASK64 = (1 << 64) - 1
 
 
-def stream_keys(root_seed, stage, n_inputs):
-    """Independent noise-stream keys, one per input, for one sampling stage.
+def _splitmix64(value):
+    """Splitmix64 finaliser of a Python int, modulo 2**64."""
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
+def stage_key(root_seed, stage):
+    """64-bit key of one sampling stage.
 
     Parameters
     ----------
     root_seed : int
         Non-negative seed of the whole call (from the estimator's ``random_state``).
     stage : tuple of int
-        Identifies the sampling stage (search step, selection, estimation, ...):
-        different stages give statistically independent noise.
-    n_inputs : int
-        Number of inputs.
+        Identifies the sampling stage (search step, selection, estimation, ...).
+        The stage's length is hashed with it, so ``(1,)``, ``(1, 0)`` and
+        ``(1, 0, 0)`` are distinct stages with independent noise.
 
     Returns
     -------
-    keys : ndarray of uint64, shape (n_inputs,)
-        Key of input ``i``; it depends only on ``root_seed``, ``stage`` and ``i``.
+    int
     """
-    sequence = np.random.SeedSequence([int(root_seed), *(int(s) for s in stage)])
-    return sequence.generate_state(max(n_inputs, 1), dtype=np.uint64)[:n_inputs]
+    stage = tuple(int(part) for part in stage)
+    sequence = np.random.SeedSequence([int(root_seed), len(stage), *stage])
+    return int(sequence.generate_state(1, dtype=np.uint64)[0])
+
+
+class _NoiseSource:
+    """Standard normal noise of chosen copies of chosen inputs for one stage.
+
+    Parameters
+    ----------
+    key : int
+        The stage's key (:func:`stage_key`).
+    input_shape : tuple of int
+    dtype : torch.dtype
+    device : torch.device
+    """
+
+    def __init__(self, key, input_shape, dtype, device):
+        self.key = key
+        self.input_shape = tuple(input_shape)
+        self.on_cpu = device.type == "cpu" and dtype in (torch.float32, torch.float64)
+        if self.on_cpu:
+            self.numpy_dtype = np.float32 if dtype == torch.float32 else np.float64
+        else:
+            self.generator = torch.Generator(device=device)
+            self.scratch = torch.empty((NOISE_BLOCK,) + self.input_shape, dtype=dtype, device=device)
+
+    def fill(self, out, position, begin, end):
+        """Write the noise of copies ``begin .. end - 1`` of input ``position`` into ``out``.
+
+        Parameters
+        ----------
+        out : torch.Tensor, shape (end - begin, *input_shape)
+            Contiguous destination.
+        position : int
+            Position of the input in the caller's full input array.
+        begin, end : int
+            Copy indices of the input.
+        """
+        written = 0
+        for block in range(begin // NOISE_BLOCK, (end - 1) // NOISE_BLOCK + 1):
+            block_begin = max(begin, block * NOISE_BLOCK)
+            block_end = min(end, (block + 1) * NOISE_BLOCK)
+            self._draw(out[written:written + block_end - block_begin], position, block,
+                       block_begin - block * NOISE_BLOCK)
+            written += block_end - block_begin
+
+    def _draw(self, out, position, block, skip):
+        """Rows ``skip .. skip + len(out) - 1`` of one noise block into ``out``."""
+        if self.on_cpu:
+            bits = np.random.Philox(key=self.key | (int(position) << 64), counter=[0, 0, 0, block])
+            generator = np.random.Generator(bits)
+            if skip == 0:
+                # numpy draws normals one after another, so the first rows of a
+                # block do not depend on how many rows are drawn.
+                generator.standard_normal(out=out.numpy(), dtype=self.numpy_dtype)
+            else:
+                rows = generator.standard_normal((skip + len(out),) + self.input_shape, dtype=self.numpy_dtype)
+                out.copy_(torch.from_numpy(rows[skip:]))
+        else:
+            # A device generator's first k values depend on how many are drawn:
+            # always draw the whole block.
+            seed = _splitmix64(_splitmix64(self.key ^ int(position)) ^ block)
+            self.scratch.normal_(generator=self.generator.manual_seed(seed))
+            out.copy_(self.scratch[skip:skip + len(out)])
 
 
 class MonteCarloEngine:
@@ -78,9 +141,17 @@ class MonteCarloEngine:
         joblib workers over runs of batches (threads unless a joblib
         back-end such as dask or ray is active). ``None`` runs in-process.
     root_seed : int
-        Seed of all noise drawn through this engine; see :func:`stream_keys`.
+        Seed of all noise drawn through this engine; see :func:`stage_key`.
     progress : tqdm progress bar or None
         Advanced by the number of noisy copies of each batch.
+
+    Examples
+    --------
+    >>> module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    >>> engine = MonteCarloEngine(module.eval(), n_classes=3, batch_size=64, root_seed=0)
+    >>> counts = engine.class_counts(torch.zeros(5, 4), sigma=0.5, n_samples=100, stage=(1,))
+    >>> counts.shape, counts.sum(axis=1).tolist()
+    ((5, 3), [100, 100, 100, 100, 100])
     """
 
     def __init__(self, module, n_classes, batch_size, device="cpu", n_jobs=None, root_seed=0, progress=None):
@@ -97,9 +168,9 @@ class MonteCarloEngine:
         """An engine for the subset ``rows`` of the current inputs.
 
         Components sample subsets (a search's undecided inputs, an allocator's
-        inputs to resample, a checkpointed chunk) by row; the restricted engine
-        keys each row's noise by its position in the full input array, so an
-        input gets the same noise whichever subset or chunk it is sampled in.
+        inputs to resample) by row; the restricted engine keys each row's noise
+        by its position in the full input array, so an input gets the same
+        noise whichever subset or chunk it is sampled in.
 
         Parameters
         ----------
@@ -114,25 +185,6 @@ class MonteCarloEngine:
         rows = np.asarray(rows, dtype=np.int64)
         restricted.positions = rows if self.positions is None else self.positions[rows]
         return restricted
-
-    def keys(self, stage, n_inputs):
-        """Noise-stream keys of the current inputs for a sampling stage.
-
-        Parameters
-        ----------
-        stage : tuple of int
-            Sampling stage; distinct stages draw independent noise.
-        n_inputs : int
-            Number of inputs.
-
-        Returns
-        -------
-        keys : ndarray of uint64, shape (n_inputs,)
-        """
-        if self.positions is None:
-            return stream_keys(self.root_seed, stage, n_inputs)
-        size = int(self.positions.max()) + 1 if n_inputs else 0
-        return stream_keys(self.root_seed, stage, size)[self.positions[:n_inputs]]
 
     def class_counts(self, X, sigma, n_samples, stage):
         """Count the module's predicted classes over noisy copies of each input.
@@ -168,7 +220,7 @@ class MonteCarloEngine:
             with no samples are zero.
         """
         totals = self._run(X, sigma, n_samples, stage, soft=True)
-        n_samples = np.asarray(n_samples, dtype=np.float64)
+        n_samples = np.broadcast_to(np.asarray(n_samples, dtype=np.float64), (len(X),))
         return totals / np.maximum(n_samples, 1.0)[:, None]
 
     def _run(self, X, sigma, n_samples, stage, soft):
@@ -185,8 +237,8 @@ class MonteCarloEngine:
         batch_starts = np.arange(0, total, self.batch_size)
         X = torch.as_tensor(X).to(self.device, non_blocking=True)
         sigma_t = torch.as_tensor(sigma, dtype=X.dtype, device=self.device)
-        keys = self.keys(stage, n_inputs)
-        plan = (X, sigma_t, starts, ends, keys, total, soft)
+        positions = np.arange(n_inputs) if self.positions is None else self.positions[:n_inputs]
+        plan = (X, sigma_t, starts, ends, positions, stage_key(self.root_seed, stage), total, soft)
         runs = np.array_split(batch_starts, self._n_workers(len(batch_starts)))
         if len(runs) == 1:
             parts = [self._run_batches(plan, runs[0])]
@@ -202,45 +254,6 @@ class MonteCarloEngine:
             return 1
         return max(1, min(n_batches, effective_n_jobs(self.n_jobs)))
 
-    def _segment_filler(self, noise):
-        """A function ``fill(key, offset, position, length)`` writing standard normal noise.
-
-        It fills ``noise[position:position + length]`` with the copies
-        ``offset .. offset + length - 1`` of the input whose stream key is
-        ``key``. Copies are grouped in fixed blocks of ``block`` copies per
-        input, and each block is drawn whole from a generator keyed by
-        ``(key, block index)``: the noise of a copy therefore depends only on
-        its input's key and its index, not on how copies are packed into
-        batches, split across workers or chunked. On CPU the generator is
-        numpy's Philox with the 128-bit key ``(key, block)`` (torch's CPU
-        generator truncates seeds to 32 bits); on an accelerator it is torch's
-        Philox seeded with a 64-bit mix of both.
-        """
-        per_copy = int(np.prod(noise.shape[1:]))
-        block = max(1, _BLOCK_VALUES // per_copy)
-        scratch = torch.empty((block,) + tuple(noise.shape[1:]), dtype=noise.dtype, device=noise.device)
-        if self.device.type == "cpu":
-            def draw(key, index, out):
-                generator = np.random.Generator(np.random.Philox(key=np.array([key, index], dtype=np.uint64)))
-                generator.standard_normal(out=out.numpy(), dtype=out.numpy().dtype)
-        else:
-            generator = torch.Generator(device=self.device)
-
-            def draw(key, index, out):
-                generator.manual_seed(int(_splitmix64(np.uint64(key) ^ _splitmix64(np.uint64(index)))))
-                out.normal_(generator=generator)
-
-        def fill(key, offset, position, length):
-            for index in range(offset // block, (offset + length - 1) // block + 1):
-                lo, hi = max(offset, index * block), min(offset + length, (index + 1) * block)
-                target = noise[position + lo - offset:position + hi - offset]
-                if hi - lo == block:
-                    draw(key, index, target)
-                else:  # a partial block: draw it whole, keep the part this segment holds
-                    draw(key, index, scratch)
-                    target.copy_(scratch[lo - index * block:hi - index * block])
-        return fill
-
     @torch.inference_mode()
     def _run_batches(self, plan, batch_starts):
         """Sum counts (or softmax) over the given batches of the packed plan.
@@ -248,7 +261,7 @@ class MonteCarloEngine:
         Returns the index of the first input touched and an array of shape
         (n_touched, n_classes) for the inputs ``first .. first + n_touched - 1``.
         """
-        X, sigma, starts, ends, keys, total, soft = plan
+        X, sigma, starts, ends, positions, key, total, soft = plan
         first = int(np.searchsorted(ends, batch_starts[0], side="right"))
         last_sample = min(int(batch_starts[-1]) + self.batch_size, total)
         last = int(np.searchsorted(ends, last_sample - 1, side="right"))
@@ -256,25 +269,24 @@ class MonteCarloEngine:
                                   dtype=torch.float64 if soft else torch.int64, device=self.device)
         noise = torch.empty((min(self.batch_size, total),) + tuple(X.shape[1:]),
                             dtype=X.dtype, device=self.device)
-        fill = self._segment_filler(noise)
+        source = _NoiseSource(key, X.shape[1:], X.dtype, self.device)
         for batch_start in batch_starts:
             batch_start = int(batch_start)
             batch_end = min(batch_start + self.batch_size, total)
-            # Inputs touched by this batch and the part of each one it holds.
+            # Inputs touched by this batch and the copies of each one it holds.
             lo = int(np.searchsorted(ends, batch_start, side="right"))
             hi = int(np.searchsorted(ends, batch_end - 1, side="right")) + 1
-            seg_begin = np.maximum(starts[lo:hi], batch_start)
-            seg_end = np.minimum(ends[lo:hi], batch_end)
-            offsets = (seg_begin - starts[lo:hi]).astype(np.uint64)
-            position = 0
-            for key, offset, length in zip(keys[lo:hi].tolist(), offsets.tolist(), (seg_end - seg_begin).tolist()):
-                if length:
-                    fill(key, offset, position, length)
-                    position += length
+            copy_begin = np.maximum(starts[lo:hi], batch_start) - starts[lo:hi]
+            copy_end = np.minimum(ends[lo:hi], batch_end) - starts[lo:hi]
             batch_noise = noise[:batch_end - batch_start]
+            filled = 0
+            for position, begin, end in zip(positions[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist()):
+                if end > begin:
+                    source.fill(batch_noise[filled:filled + end - begin], position, begin, end)
+                    filled += end - begin
             owner = torch.repeat_interleave(
                 torch.arange(lo, hi, device=self.device),
-                torch.as_tensor(seg_end - seg_begin, device=self.device),
+                torch.as_tensor(copy_end - copy_begin, device=self.device),
                 output_size=batch_end - batch_start)
             if hi - lo == 1:
                 noisy = batch_noise.mul_(sigma[lo]).add_(X[lo])

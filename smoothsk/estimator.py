@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import os
 import sys
+import warnings
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -21,8 +22,9 @@ import joblib
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, clone
+from sklearn.exceptions import DataConversionWarning
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils import check_array, check_consistent_length, check_random_state
+from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, validate_parameter_constraints
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
@@ -44,7 +46,7 @@ _COMPONENTS = ("training", "sigma_search", "sampler", "allocator")
 
 
 class _IndexedTensorDataset(Dataset):
-    """Training tensors whose items are ``(x, y, position)``."""
+    """Training tensors whose items are ``(x, y, position)`` (``y`` may be None)."""
 
     def __init__(self, X, y):
         self.X = X
@@ -89,7 +91,10 @@ class _TensorBatches:
             positions = positions[torch.randperm(len(positions), generator=self.generator)]
         for start in range(0, len(positions), self.batch_size):
             index = positions[start:start + self.batch_size]
-            yield self.dataset.X[index], self.dataset.y[index], index
+            if self.dataset.y is None:  # skorch's forward/infer on inputs alone
+                yield self.dataset.X[index], None
+            else:
+                yield self.dataset.X[index], self.dataset.y[index], index
 
 
 class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
@@ -222,6 +227,12 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         -------
         self
         """
+        callbacks = params.get("callbacks")
+        if not (callbacks is None or isinstance(callbacks, (list, tuple)) or
+                (isinstance(callbacks, str) and callbacks == "disable")):
+            # skorch would fail later with an AttributeError, after changing the estimator.
+            raise TypeError(f"callbacks must be a list of callbacks or (name, callback) pairs, "
+                            f"'disable' or None; got {callbacks!r}.")
         nested = {key: val for key, val in params.items() if key.split("__", 1)[0] in _COMPONENTS and "__" in key}
         own = {key: val for key, val in params.items() if key not in nested}
         super().set_params(**own)
@@ -233,6 +244,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                     component = self._default_component(name)
                 setattr(self, name, clone(component).set_params(**sub))
         return self
+
+    def _get_param_names(self):
+        # skorch's set of prefixed parameters to check is rebuilt from them in
+        # __init__: bookkeeping, not a parameter a user (or clone) should set.
+        return [name for name in super()._get_param_names() if name != "_params_to_validate"]
 
     def _default_component(self, name):
         if name == "training":
@@ -266,6 +282,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         if reset:
             return np.ascontiguousarray(X)
         check_is_fitted(self, "input_shape_")
+        if X.shape == self.input_shape_:
+            raise ValueError(
+                f"X has shape {X.shape}, the shape of one input: X needs a leading batch axis, "
+                f"shape (n_inputs, {', '.join(map(str, self.input_shape_))}) (e.g. X[None]).")
         n_features = int(np.prod(X.shape[1:]))
         if n_features != self.n_features_in_:
             raise ValueError(
@@ -286,10 +306,14 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
+            warnings.warn("A column-vector y was passed when a 1d array was expected; it is raveled "
+                          "to shape (n_samples,).", DataConversionWarning, stacklevel=3)
             y = y.ravel()
         if y.ndim != 1:
             raise ValueError(f"y must be one label per input (shape (n,)), got shape {y.shape}.")
-        check_consistent_length(X, y)
+        if len(y) != len(X):
+            raise ValueError(f"X and y have inconsistent numbers of samples: X has {len(X)} inputs "
+                             f"but y has {len(y)} labels; expected one label per input.")
         check_classification_targets(y)
         return X, y
 
@@ -359,6 +383,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         return self._fit(X, y, reset=not self.initialized_, **fit_params)
 
     def _fit(self, X, y, reset, **fit_params):
+        if "sample_weight" in fit_params:
+            raise TypeError(f"{type(self).__name__} does not support sample_weight: the training "
+                            "loss weighs every sample equally; resample the data instead.")
         components = self._validate_smoothing_params()
         X, y = self._check_training_data(X, y, reset)
         y_index, classes = self._encode(y, reset)
@@ -375,10 +402,15 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         self.shuffle_generator_ = torch.Generator().manual_seed(self._seed(2) + len(self.history))
         X_t, y_t = torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64)
         self.notify("on_train_begin", X=X_t, y=y_t)
-        try:
-            self.training_.run(self, X_t, y_t, **fit_params)
-        except KeyboardInterrupt:
-            pass
+        device = torch.device(self.device)
+        # The module's own randomness (dropout, ...) uses torch's global
+        # generator: seed it for the run and restore it afterwards.
+        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+            torch.manual_seed(self._seed(5) + len(self.history))
+            try:
+                self.training_.run(self, X_t, y_t, **fit_params)
+            except KeyboardInterrupt:
+                pass
         self.notify("on_train_end", X=X_t, y=y_t)
         return self
 
@@ -413,7 +445,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         """Training tensors as an indexed dataset (items ``(x, y, position)``)."""
         if isinstance(X, Dataset):
             return X
-        return _IndexedTensorDataset(torch.as_tensor(X), torch.as_tensor(y))
+        return _IndexedTensorDataset(torch.as_tensor(X), None if y is None else torch.as_tensor(y))
 
     def get_iterator(self, dataset, training=False):
         """Batches by tensor slicing; a custom ``iterator_train``/``iterator_valid`` is honoured."""
@@ -422,7 +454,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             return super().get_iterator(dataset, training)
         kwargs = self.get_params_for("iterator_train" if training else "iterator_valid")
         shuffle = kwargs.get("shuffle", training)
-        return _TensorBatches(dataset, kwargs.get("batch_size", self.batch_size), shuffle, self.shuffle_generator_)
+        return _TensorBatches(dataset, kwargs.get("batch_size", self.batch_size), shuffle,
+                              getattr(self, "shuffle_generator_", None))
 
     def _batch_loss(self, batch):
         X, y, index = (part.to(self.device) for part in batch)
@@ -519,6 +552,29 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         counts, n = self._prediction_counts(X)
         return counts / n
 
+    def score(self, X, y, sample_weight=None):
+        """Accuracy of :meth:`predict`; abstentions count as wrong.
+
+        Parameters
+        ----------
+        X : array-like of float, shape (n_inputs, *input_shape)
+        y : array-like, shape (n_inputs,)
+            True labels.
+        sample_weight : array-like of float, shape (n_inputs,), optional
+
+        Returns
+        -------
+        float
+        """
+        prediction = self.predict(X)
+        y = np.asarray(y)
+        if len(y) != len(prediction):
+            raise ValueError(f"X has {len(prediction)} inputs but y has {len(y)} labels.")
+        # Compared as objects: ABSTAIN (-1) next to string labels is neither a
+        # match nor a "mix of label types" error.
+        correct = prediction.astype(object) == y.astype(object)
+        return float(np.average(correct, weights=sample_weight))
+
     def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000):
         """Certified prediction and L2 radius per input.
 
@@ -576,7 +632,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
 
     def _certify_with_checkpoint(self, X, components, path, every, progress):
         fingerprint = hashlib.sha256(X.tobytes())
-        fingerprint.update(repr((X.shape, self.get_params(deep=False).items(), self.alpha)).encode())
+        for tensor in self.module_.state_dict().values():  # a refit model must not resume
+            if isinstance(tensor, torch.Tensor):
+                fingerprint.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        fingerprint.update(repr((X.shape, every, self.classes_.tolist(),
+                                 sorted(self.get_params(deep=False).items(), key=lambda item: item[0]))).encode())
         state = joblib.load(path) if path.exists() else None
         if state is None or state["fingerprint"] != fingerprint.hexdigest():
             state = {"fingerprint": fingerprint.hexdigest(), "root_seed": self._seed(4), "done": []}

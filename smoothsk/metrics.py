@@ -112,17 +112,25 @@ def make_certified_accuracy_scorer(r):
 
 
 class _CertifyOnce:
-    """Memo of the last certification, shared by the scorers of one dict."""
+    """One ``certify`` call per (estimator, X) shared by the scorers of one dict.
 
-    def __init__(self):
-        self.key = None
-        self.value = None
+    The result is kept (with the estimator and X themselves, so identity
+    checks cannot be fooled by a recycled ``id``) until every scorer of the
+    dict has used it; a scorer asking a second time means a new round
+    (e.g. the same estimator refitted), which certifies again.
+    """
 
-    def __call__(self, estimator, X):
-        key = (id(estimator), id(X), len(X))
-        if self.key != key:
-            self.key, self.value = key, estimator.certify(X)
-        return self.value
+    def __init__(self, n_scorers):
+        self.n_scorers = n_scorers
+        self.last = None
+
+    def __call__(self, name, estimator, X):
+        last = self.last
+        if last is None or last[0] is not estimator or last[1] is not X or name in last[3]:
+            last = (estimator, X, estimator.certify(X), set())
+        last[3].add(name)
+        self.last = None if len(last[3]) == self.n_scorers else last
+        return last[2]
 
 
 def certification_scorers(radii):
@@ -130,7 +138,8 @@ def certification_scorers(radii):
 
     ``GridSearchCV(scoring=certification_scorers([0.25, 0.5]), refit="acr")``
     calls the scorers one after another on the same fitted estimator and
-    split; they share one ``certify`` call.
+    split; they share one ``certify`` call. A scorer called again on the
+    same estimator and X (e.g. after a refit) certifies afresh.
 
     Parameters
     ----------
@@ -141,16 +150,17 @@ def certification_scorers(radii):
     dict of str -> callable
         ``"acr"`` and ``"certified_accuracy_at_<r>"`` per radius.
     """
-    certify = _CertifyOnce()
+    thresholds = {f"certified_accuracy_at_{float(r):g}": float(r) for r in radii}
+    certify = _CertifyOnce(1 + len(thresholds))
 
     def acr(estimator, X, y):
-        prediction, radius = certify(estimator, X)
+        prediction, radius = certify("acr", estimator, X)
         return average_certified_radius(y, prediction, radius)
 
     scorers = {"acr": acr}
-    for r in radii:
-        def at_r(estimator, X, y, r=float(r)):
-            prediction, radius = certify(estimator, X)
+    for name, r in thresholds.items():
+        def at_r(estimator, X, y, r=r, name=name):
+            prediction, radius = certify(name, estimator, X)
             return certified_accuracy(y, prediction, radius, r)
-        scorers[f"certified_accuracy_at_{r:g}"] = at_r
+        scorers[name] = at_r
     return scorers

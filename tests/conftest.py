@@ -1,0 +1,94 @@
+"""Shared fixtures: fixed seeds, the digits, a small trained estimator, closed-form linear models."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.datasets import load_digits_images
+from smoothsk.models import DigitsCNN
+from smoothsk.sampling import FixedSampler
+from smoothsk.sigma import FixedSigma
+from smoothsk.training import FixedSigmaTraining
+
+
+@pytest.fixture(autouse=True)
+def _fixed_seeds():
+    """Every test starts from the same global random state."""
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """The bundled digits: X float32 (1797, 1, 8, 8) in [0, 1], y int64 (1797,)."""
+    return load_digits_images()
+
+
+@pytest.fixture(scope="session")
+def digits_split(digits):
+    """A small train/test split of the digits: (X_train (600, ...), y_train, X_test (100, ...), y_test)."""
+    X, y = digits
+    return X[:600], y[:600], X[1000:1100], y[1000:1100]
+
+
+@pytest.fixture(scope="session")
+def fitted_digits_cnn(digits_split):
+    """A DigitsCNN estimator trained once per session at sigma 0.25 (do not mutate: clone or copy it)."""
+    X_train, y_train, _, _ = digits_split
+    clf = SampleWiseSmoothedClassifier(
+        DigitsCNN, module__width=8, training=FixedSigmaTraining(0.25), sampler=FixedSampler(n=200, n0=20),
+        max_epochs=8, lr=0.05, optimizer__momentum=0.9, batch_size=32, certify_batch_size=256, random_state=0)
+    return clf.fit(X_train, y_train)
+
+
+class LinearLogits(torch.nn.Module):
+    """Binary linear classifier with logits ``(-z, z)``, ``z = w . x + b`` (computed in float64).
+
+    Its smoothed classifier at any sigma equals itself, and the exact
+    certified radius of ``x`` is ``|z| / ||w||``: the distance to the boundary.
+
+    Parameters
+    ----------
+    weight : sequence of float, shape (n_features,)
+    bias : float
+    """
+
+    def __init__(self, weight=(1.0, -1.0), bias=0.0):
+        super().__init__()
+        self.register_buffer("weight", torch.as_tensor(np.asarray(weight, dtype=np.float64)))
+        self.register_buffer("bias", torch.as_tensor(float(bias), dtype=torch.float64))
+        # skorch's optimizer needs a parameter; it does not take part in the output.
+        self.unused = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        z = x.flatten(1).double() @ self.weight + self.bias
+        return torch.stack([-z, z], dim=1).float()
+
+
+@pytest.fixture
+def make_linear_classifier():
+    """Factory of fitted estimators around a fixed :class:`LinearLogits` (no training).
+
+    ``make_linear_classifier(weight, bias=0.0, sigma=0.5, n=1000, n0=100, alpha=0.05, input_shape=None, **params)``
+    returns a fitted estimator with classes ``[0, 1]`` (class 1 where
+    ``z > 0``) for inputs of shape ``input_shape`` (default
+    ``(len(weight),)``), certifying at ``FixedSigma(sigma)`` with
+    ``FixedSampler(n, n0)``; ``params`` go to the estimator and override
+    these defaults (e.g. ``sampler``, ``random_state``, ``n_jobs``).
+    """
+
+    def make(weight, bias=0.0, sigma=0.5, n=1000, n0=100, alpha=0.05, input_shape=None, **params):
+        weight = [float(w) for w in weight]
+        params = {"training": FixedSigmaTraining(sigma), "sigma_search": FixedSigma(sigma),
+                  "sampler": FixedSampler(n=n, n0=n0), "alpha": alpha, "random_state": 0,
+                  "certify_batch_size": 500, **params}
+        clf = SampleWiseSmoothedClassifier(LinearLogits, module__weight=weight, module__bias=float(bias),
+                                           max_epochs=0, **params)
+        X_fit = np.zeros((2,) + tuple(input_shape or (len(weight),)), dtype=np.float32)
+        return clf.fit(X_fit, [0, 1])
+
+    return make

@@ -1,0 +1,84 @@
+"""Data loaders: the bundled digits and local MNIST / CIFAR-10 files."""
+
+import gzip
+import pickle
+
+import numpy as np
+import pytest
+
+from smoothsk.datasets import load_cifar10, load_digits_images, load_mnist
+
+
+def write_idx(path, array, compress=False):
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    data = header + array.astype(np.uint8).tobytes()
+    if compress:
+        with gzip.open(str(path) + ".gz", "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+
+
+class TestDigits:
+    def test_shape_dtype_range_labels(self):
+        X, y = load_digits_images()
+        assert X.shape == (1797, 1, 8, 8) and X.dtype == np.float32
+        assert X.min() == 0.0 and X.max() == 1.0
+        assert y.dtype == np.int64 and sorted(set(y.tolist())) == list(range(10))
+
+    def test_same_pixels_as_scikit_learn(self):
+        from sklearn.datasets import load_digits
+        np.testing.assert_allclose(load_digits_images()[0].reshape(1797, 64) * 16, load_digits().data)
+
+
+class TestMnist:
+    @pytest.mark.parametrize("compress, names", [
+        (False, ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")),
+        (True, ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")),
+        (False, ("train-images.idx3-ubyte", "train-labels.idx1-ubyte")),
+    ])
+    def test_reads_idx_files(self, tmp_path, compress, names):
+        images = np.arange(3 * 28 * 28).reshape(3, 28, 28) % 256
+        write_idx(tmp_path / names[0], images, compress)
+        write_idx(tmp_path / names[1], np.array([7, 0, 3]), compress)
+        X, y = load_mnist(tmp_path)
+        assert X.shape == (3, 1, 28, 28) and X.dtype == np.float32
+        np.testing.assert_allclose(X[:, 0] * 255, images, atol=1e-4)
+        assert y.tolist() == [7, 0, 3] and y.dtype == np.int64
+
+    def test_test_split(self, tmp_path):
+        write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((2, 28, 28)))
+        write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([1, 2]))
+        assert load_mnist(tmp_path, train=False)[1].tolist() == [1, 2]
+
+    def test_missing_files(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
+            load_mnist(tmp_path)
+
+    def test_bad_magic_number(self, tmp_path):
+        (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x01\x02\x03\x04")
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([1]))
+        with pytest.raises(ValueError, match="not an unsigned-byte IDX file"):
+            load_mnist(tmp_path)
+
+
+class TestCifar10:
+    def write_batch(self, path, n, label):
+        data = np.arange(n * 3072).reshape(n, 3072) % 256
+        with open(path, "wb") as f:
+            pickle.dump({b"data": data.astype(np.uint8), b"labels": [label] * n}, f)
+        return data
+
+    def test_reads_python_batches(self, tmp_path):
+        for i in range(1, 6):
+            self.write_batch(tmp_path / f"data_batch_{i}", 2, i)
+        data = self.write_batch(tmp_path / "test_batch", 3, 9)
+        X, y = load_cifar10(tmp_path)
+        assert X.shape == (10, 3, 32, 32) and X.dtype == np.float32 and y.tolist() == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+        X_test, y_test = load_cifar10(tmp_path, train=False)
+        np.testing.assert_allclose(X_test.reshape(3, 3072) * 255, data, atol=1e-3)
+        assert y_test.tolist() == [9, 9, 9]
+
+    def test_missing_batch(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
+            load_cifar10(tmp_path)

@@ -1,0 +1,246 @@
+"""The Monte Carlo engine: distribution, reproducibility under any split, packing, memory bound."""
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from smoothsk.engine import NOISE_BLOCK, MonteCarloEngine, stage_key
+
+THRESHOLDS = (-0.5, 0.4)
+
+
+class Buckets(torch.nn.Module):
+    """Classifies a 1-feature input by the interval of ``THRESHOLDS`` it falls in (3 classes).
+
+    Under noise ``N(0, sigma^2)`` the class probabilities of input ``x`` are
+    differences of ``Phi((t - x) / sigma)``: the engine must reproduce them.
+    """
+
+    def forward(self, x):
+        bucket = torch.bucketize(x.flatten(1)[:, 0], torch.tensor(THRESHOLDS, dtype=x.dtype))
+        return 10.0 * torch.nn.functional.one_hot(bucket, 3).to(x.dtype)
+
+
+class Recorder(torch.nn.Module):
+    """Wraps a module and records every batch it receives."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+        self.batches = []
+
+    def forward(self, x):
+        self.batches.append(x.clone())
+        return self.module(x)
+
+
+def exact_probabilities(x, sigma):
+    """Class probabilities of :class:`Buckets` at inputs x (n,) and noise levels sigma (n,)."""
+    cdf = stats.norm.cdf((np.asarray(THRESHOLDS)[None, :] - x[:, None]) / sigma[:, None])
+    return np.diff(np.hstack([np.zeros((len(x), 1)), cdf, np.ones((len(x), 1))]), axis=1)
+
+
+def reference_counts(module, x, sigma, n, batch_size=100):
+    """A plain per-input loop (Cohen et al.'s style): the engine's specification."""
+    counts = np.zeros((len(x), 3), dtype=np.int64)
+    with torch.no_grad():
+        for i in range(len(x)):
+            remaining = n
+            while remaining:
+                size = min(batch_size, remaining)
+                remaining -= size
+                batch = x[i:i + 1].repeat(size, 1)
+                prediction = module(batch + sigma[i] * torch.randn_like(batch)).argmax(dim=1)
+                counts[i] += np.bincount(prediction.numpy(), minlength=3)
+    return counts
+
+
+def chi_square_statistic(counts, probabilities):
+    expected = counts.sum(axis=1, keepdims=True) * probabilities
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+@pytest.fixture
+def inputs():
+    """Six 1-feature inputs with different sigma each: (X (6, 1) tensor, x (6,), sigma (6,))."""
+    x = np.array([-1.0, -0.3, 0.0, 0.2, 0.5, 1.2])
+    sigma = np.array([1.0, 0.5, 1.0, 0.6, 0.8, 2.0])
+    return torch.tensor(x, dtype=torch.float32)[:, None], x, sigma
+
+
+class TestDistribution:
+    def test_counts_follow_the_exact_probabilities_like_a_reference_loop(self, inputs):
+        # Goodness of fit of 6 inputs x 3 classes: 12 degrees of freedom; each
+        # test rejects a correct sampler with probability 1e-6.
+        X, x, sigma = inputs
+        n = 4000
+        probabilities = exact_probabilities(x, sigma)
+        engine = MonteCarloEngine(Buckets(), 3, batch_size=700, root_seed=0)
+        counts = engine.class_counts(X, sigma, n, stage=(1,))
+        loop = reference_counts(Buckets(), X, sigma, n)
+        critical = stats.chi2.ppf(1 - 1e-6, df=len(x) * 2)
+        assert chi_square_statistic(loop, probabilities) < critical  # the test accepts the reference
+        assert chi_square_statistic(counts, probabilities) < critical
+        # Engine and reference loop are samples of the same law (homogeneity, 12 dof).
+        homogeneity = sum(stats.chi2_contingency(np.stack([c, r]) + 0.0)[0] for c, r in zip(counts, loop))
+        assert homogeneity < critical
+
+    def test_swapped_sigmas_are_detected(self, inputs):
+        # The goodness-of-fit check above can fail: counts of inputs sampled at
+        # each other's sigma are rejected.
+        X, x, sigma = inputs
+        engine = MonteCarloEngine(Buckets(), 3, batch_size=700, root_seed=0)
+        counts = engine.class_counts(X, sigma[::-1].copy(), 4000, stage=(1,))
+        assert chi_square_statistic(counts, exact_probabilities(x, sigma)) > stats.chi2.ppf(1 - 1e-6, df=12)
+
+    def test_noise_is_standard_gaussian_times_sigma(self):
+        # 2 inputs of 64 features, 512 copies each: per-input sample mean and
+        # variance of the noise against their exact laws (bounds at 1e-6).
+        recorder = Recorder(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3)))
+        X = torch.stack([torch.zeros(1, 8, 8), torch.full((1, 8, 8), 3.0)])
+        sigma = np.array([0.25, 2.0])
+        MonteCarloEngine(recorder, 3, batch_size=300, root_seed=0).class_counts(X, sigma, 512, (1,))
+        noisy = torch.cat(recorder.batches).double()
+        for i, (rows, s) in enumerate(zip((noisy[:512], noisy[512:]), sigma)):
+            noise = (rows - X[i].double()).flatten().numpy() / s
+            m = noise.size
+            z = stats.norm.ppf(1 - 1e-6 / 2)
+            assert abs(noise.mean()) < z / np.sqrt(m)
+            assert abs(noise.var() - 1) < z * np.sqrt(2 / m) + 1e-3
+        # Copies of different inputs and different copies are not the same noise.
+        first, second = (noisy[:512] - X[0]) / 0.25, (noisy[512:] - X[1]) / 2.0
+        assert abs(np.corrcoef(first.flatten(), second.flatten())[0, 1]) < 0.05
+        assert len(torch.unique(first[:, 0, 0, 0])) == 512
+
+    def test_identical_inputs_get_independent_noise(self):
+        engine = MonteCarloEngine(Buckets(), 3, batch_size=256, root_seed=0)
+        counts = engine.class_counts(torch.zeros(20, 1), np.ones(20), 200, (1,))
+        assert len(np.unique(counts, axis=0)) > 10
+
+
+class TestReproducibility:
+    @pytest.fixture
+    def model(self):
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                   torch.nn.Linear(32, 5)).eval()
+
+    @pytest.fixture
+    def X(self):
+        return torch.randn(13, 1, 4, 4, generator=torch.Generator().manual_seed(1))
+
+    def counts(self, model, X, n_samples, stage=(1,), **kwargs):
+        params = {"batch_size": 97, "root_seed": 3, **kwargs}
+        return MonteCarloEngine(model, 5, **params).class_counts(X, np.linspace(0.3, 1.5, len(X)), n_samples, stage)
+
+    def test_same_seed_and_stage_same_counts(self, model, X):
+        np.testing.assert_array_equal(self.counts(model, X, 300), self.counts(model, X, 300))
+
+    def test_other_stage_or_seed_other_counts(self, model, X):
+        base = self.counts(model, X, 300)
+        assert not np.array_equal(base, self.counts(model, X, 300, stage=(2,)))
+        assert not np.array_equal(base, self.counts(model, X, 300, root_seed=4))
+
+    def test_stage_keys_distinguish_trailing_zeros(self):
+        stages = [(), (0,), (0, 0), (1,), (1, 0), (1, 0, 0), (0, 1), (7,)]
+        assert len({stage_key(0, stage) for stage in stages}) == len(stages)
+        assert stage_key(0, (1,)) != stage_key(1, (1,))
+
+    @pytest.mark.parametrize("n_jobs", [2, 3, -1])
+    def test_any_n_jobs_gives_identical_counts(self, model, X, n_jobs):
+        n_samples = np.arange(13) * 37 + 5
+        np.testing.assert_array_equal(self.counts(model, X, n_samples, n_jobs=n_jobs),
+                                      self.counts(model, X, n_samples))
+
+    @pytest.mark.parametrize("batch_size", [1, 50, NOISE_BLOCK, 1000])
+    def test_any_batch_size_gives_identical_counts(self, model, X, batch_size):
+        n_samples = np.arange(13) * 37 + 5
+        np.testing.assert_array_equal(self.counts(model, X, n_samples, batch_size=batch_size),
+                                      self.counts(model, X, n_samples))
+
+    def test_restricted_rows_get_the_noise_of_their_position(self, model, X):
+        n_samples = np.arange(13) * 37 + 5
+        full = self.counts(model, X, n_samples)
+        engine = MonteCarloEngine(model, 5, batch_size=97, root_seed=3)
+        sigma = np.linspace(0.3, 1.5, len(X))
+        rows = np.array([11, 2, 7, 3])
+        subset = engine.restricted(rows).class_counts(X[rows], sigma[rows], n_samples[rows], (1,))
+        np.testing.assert_array_equal(subset, full[rows])
+        # Restricting twice composes the positions.
+        inner = np.array([3, 0])
+        nested = engine.restricted(rows).restricted(inner).class_counts(
+            X[rows[inner]], sigma[rows[inner]], n_samples[rows[inner]], (1,))
+        np.testing.assert_array_equal(nested, full[rows[inner]])
+
+    def test_more_samples_extend_the_same_stream(self, model, X):
+        # Copy j's noise does not depend on how many copies are drawn, so the
+        # first 300 copies of a 600-copy run are those of a 300-copy run.
+        recorder = Recorder(model)
+        MonteCarloEngine(recorder, 5, batch_size=1000, root_seed=0).class_counts(X[:1], 1.0, 300, (1,))
+        MonteCarloEngine(recorder, 5, batch_size=1000, root_seed=0).class_counts(X[:1], 1.0, 600, (1,))
+        short, long = recorder.batches
+        torch.testing.assert_close(long[:300], short, rtol=0, atol=0)
+
+    def test_mean_softmax_is_split_invariant(self, model, X):
+        sigma = np.linspace(0.3, 1.5, len(X))
+        single = MonteCarloEngine(model, 5, batch_size=97, root_seed=3).mean_softmax(X, sigma, 200, (1,))
+        parallel = MonteCarloEngine(model, 5, batch_size=64, n_jobs=3, root_seed=3).mean_softmax(X, sigma, 200, (1,))
+        np.testing.assert_allclose(parallel, single, rtol=1e-12)
+
+
+class TestPacking:
+    def test_batches_are_full_and_never_exceed_batch_size(self):
+        recorder = Recorder(Buckets())
+        n_samples = np.array([30, 0, 250, 7, 90, 1])
+        engine = MonteCarloEngine(recorder, 3, batch_size=64, root_seed=0)
+        counts = engine.class_counts(torch.zeros(6, 1), np.ones(6), n_samples, (1,))
+        sizes = [len(batch) for batch in recorder.batches]
+        total = int(n_samples.sum())
+        # Packed across inputs: only the last batch may be partial.
+        assert sizes == [64] * (total // 64) + [total % 64]
+        np.testing.assert_array_equal(counts.sum(axis=1), n_samples)
+
+    def test_batch_holds_copies_of_several_inputs(self):
+        recorder = Recorder(torch.nn.Identity())
+        X = torch.arange(4.0)[:, None]
+        MonteCarloEngine(recorder, 1, batch_size=1000, root_seed=0).class_counts(X, 1e-6, 10, (1,))
+        (batch,) = recorder.batches
+        np.testing.assert_allclose(batch[:, 0].numpy(), np.repeat(np.arange(4.0), 10), atol=1e-4)
+
+    def test_no_samples(self):
+        recorder = Recorder(Buckets())
+        engine = MonteCarloEngine(recorder, 3, batch_size=64, root_seed=0)
+        assert engine.class_counts(torch.zeros(3, 1), 1.0, 0, (1,)).tolist() == [[0] * 3] * 3
+        assert engine.class_counts(torch.zeros(0, 1), 1.0, 5, (1,)).shape == (0, 3)
+        assert not recorder.batches
+
+    def test_runs_without_autograd(self):
+        seen = []
+
+        class Probe(torch.nn.Module):
+            def forward(self, x):
+                seen.append(torch.is_inference_mode_enabled())
+                return torch.zeros(len(x), 2)
+
+        MonteCarloEngine(Probe(), 2, batch_size=10, root_seed=0).class_counts(torch.zeros(2, 3), 1.0, 15, (1,))
+        assert seen and all(seen)
+
+
+class TestMeanSoftmax:
+    def test_rows_sum_to_one_and_match_counts_for_confident_models(self, inputs):
+        X, x, sigma = inputs
+        engine = MonteCarloEngine(Buckets(), 3, batch_size=100, root_seed=0)
+        n_samples = np.array([100, 0, 300, 50, 1, 220])
+        soft = engine.mean_softmax(X, sigma, n_samples, (1,))
+        assert soft.dtype == np.float64
+        np.testing.assert_allclose(soft.sum(axis=1), (n_samples > 0).astype(float), rtol=1e-12)
+        # Buckets' logits are 10 * one-hot: softmax is the hard vote up to e^-10 per class.
+        counts = engine.class_counts(X, sigma, n_samples, (1,))
+        expected = counts / np.maximum(n_samples, 1)[:, None]
+        np.testing.assert_allclose(soft, expected, atol=3e-4)
+
+    def test_scalar_sample_count(self, inputs):
+        X, _, sigma = inputs
+        soft = MonteCarloEngine(Buckets(), 3, batch_size=100, root_seed=0).mean_softmax(X, sigma, 40, (1,))
+        np.testing.assert_allclose(soft.sum(axis=1), 1.0, rtol=1e-12)

@@ -1,0 +1,489 @@
+"""SampleWiseSmoothedClassifier: soundness against closed form, the used-by flows, input validation."""
+
+import copy
+
+import joblib
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from sklearn.base import clone
+from sklearn.exceptions import DataConversionWarning, NotFittedError
+from sklearn.model_selection import GridSearchCV
+
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk.metrics import acr_scorer, average_certified_radius, certification_scorers
+from smoothsk.models import DigitsCNN
+from smoothsk.sampling import FixedSampler
+from smoothsk.sigma import FixedSigma
+from smoothsk.training import FixedSigmaTraining, GaussianNoise
+
+#: Error probability of each statistical check below (a binomial or chi-square quantile).
+CHECK_LEVEL = 1e-6
+
+
+def binomial_bound(n_trials, p):
+    """Count exceeded with probability <= CHECK_LEVEL by n_trials independent events of probability <= p."""
+    return stats.binom.ppf(1 - CHECK_LEVEL, n_trials, p)
+
+
+def points_at_distance(weight, bias, distance, rng):
+    """float32 points whose signed distance to the hyperplane ``w . x + b = 0`` is ``distance``."""
+    weight = np.asarray(weight)
+    unit = weight / np.linalg.norm(weight)
+    anchor = rng.normal(size=(len(distance), len(weight)))
+    anchor -= ((anchor @ weight + bias) / np.linalg.norm(weight))[:, None] * unit
+    return (anchor + distance[:, None] * unit).astype(np.float32)
+
+
+def tiny_digits_classifier(module=DigitsCNN, **params):
+    params = {"module__width": 4, "max_epochs": 2, "lr": 0.05, "optimizer__momentum": 0.9, "batch_size": 32,
+              "sampler": FixedSampler(n=40, n0=10), "certify_batch_size": 200, "random_state": 0, **params}
+    return SampleWiseSmoothedClassifier(module, **params)
+
+
+def state_of(clf):
+    """What a failed call must leave unchanged."""
+    return {"module": clf.module_, "weights": copy.deepcopy(clf.module_.state_dict()),
+            "regions": copy.deepcopy(clf.regions_), "classes": clf.classes_.copy(),
+            "epochs": len(clf.history), "train_sigmas": clf.train_sigmas_.copy()}
+
+
+def assert_same_state(clf, before):
+    after = state_of(clf)
+    assert after["module"] is before["module"]
+    for name, tensor in before["weights"].items():
+        torch.testing.assert_close(after["weights"][name], tensor, rtol=0, atol=0)
+    for field in ("centres", "radii", "sigmas", "predictions"):
+        np.testing.assert_array_equal(getattr(after["regions"], field), getattr(before["regions"], field))
+    np.testing.assert_array_equal(after["classes"], before["classes"])
+    np.testing.assert_array_equal(after["train_sigmas"], before["train_sigmas"])
+    assert after["epochs"] == before["epochs"]
+
+
+def count_forward_calls(clf):
+    """A list that grows by one per forward pass of ``clf.module_``."""
+    calls = []
+    clf.module_.register_forward_pre_hook(lambda module, args: calls.append(len(args[0])))
+    return calls
+
+
+class TestClosedFormSoundness:
+    """Linear binary model: the smoothed classifier is the model itself, the true radius |z| / ||w||."""
+
+    WEIGHT = (1.0, -2.0, 0.5)
+    BIAS = 0.3
+
+    @pytest.mark.parametrize("sigma", [0.25, 1.0, 4.0])
+    def test_certificates_hold_except_with_probability_alpha(self, make_linear_classifier, sigma):
+        alpha, n_points = 0.05, 300
+        clf = make_linear_classifier(self.WEIGHT, self.BIAS, sigma=sigma, n=400, n0=40, alpha=alpha)
+        rng = np.random.default_rng(0)
+        distance = sigma * rng.uniform(0.1, 2.5, n_points) * rng.choice([-1, 1], n_points)
+        X = points_at_distance(self.WEIGHT, self.BIAS, distance, rng)
+        z = X.astype(np.float64) @ np.array(self.WEIGHT) + self.BIAS
+        true_class, true_radius = (z > 0).astype(int), np.abs(z) / np.linalg.norm(self.WEIGHT)
+        prediction, radius = clf.certify(X)
+        certified = prediction != ABSTAIN
+        # Each input independently fails (wrong class, or radius beyond the
+        # truth) with probability <= alpha.
+        failures = certified & ((prediction != true_class) | (radius > true_radius))
+        assert failures.sum() <= binomial_bound(n_points, alpha)
+        # Not vacuous: most inputs get a radius of the right order.
+        assert certified.mean() > 0.8
+        assert np.median(radius[certified] / true_radius[certified]) > 0.5
+
+    def test_predict_abstains_on_the_boundary_except_with_probability_alpha(self, make_linear_classifier):
+        alpha, n_points = 0.05, 300
+        clf = make_linear_classifier((1.0, -1.0), 0.0, sigma=0.5, n=1000, alpha=alpha)
+        # (a, a) lies exactly on w . x = 0, in float32 as well.
+        a = np.linspace(-2, 2, n_points, dtype=np.float32)
+        predicted = clf.predict(np.stack([a, a], axis=1)) != ABSTAIN
+        assert predicted.sum() <= binomial_bound(n_points, alpha)
+        # Not vacuous: at distance 1 (2 sigma) from the boundary PREDICT answers correctly.
+        rng = np.random.default_rng(1)
+        side = rng.choice([-1.0, 1.0], n_points)
+        X = points_at_distance((1.0, -1.0), 0.0, side, rng)
+        np.testing.assert_array_equal(clf.predict(X), (side > 0).astype(int))
+
+    def test_predict_proba_is_the_gaussian_probability(self, make_linear_classifier):
+        # P(class 1) = Phi(z / (sigma ||w||)); each frequency of 1000 samples is
+        # checked with a two-sided binomial quantile at level CHECK_LEVEL.
+        clf = make_linear_classifier((3.0, 4.0), -1.0, sigma=0.5, n=1000)
+        X = points_at_distance((3.0, 4.0), -1.0, np.linspace(-1, 1, 21), np.random.default_rng(2))
+        p = stats.norm.cdf((X.astype(np.float64) @ [3.0, 4.0] - 1.0) / (0.5 * 5.0))
+        proba = clf.predict_proba(X)
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+        low = stats.binom.ppf(CHECK_LEVEL / 2, 1000, p) / 1000
+        high = stats.binom.ppf(1 - CHECK_LEVEL / 2, 1000, p) / 1000
+        assert np.all((proba[:, 1] >= low) & (proba[:, 1] <= high))
+
+
+class TestNoiseSpace:
+    """Noise is added in the module's input space in training and certification alike (ART's bug)."""
+
+    class Normalised(torch.nn.Module):
+        """Normalises internally, ``(x - 5) / 10``, then a linear layer; records what it receives."""
+
+        def __init__(self, n_classes=2):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, n_classes)
+            self.received = []
+
+        def forward(self, x):
+            self.received.append(x.detach().clone())
+            return self.linear((x - 5.0) / 10.0)
+
+    @staticmethod
+    def assert_noise_has_sigma(noise, sigma):
+        # sum(noise^2) / sigma^2 ~ chi2(m) exactly; two-sided check at CHECK_LEVEL.
+        statistic = float((noise.astype(np.float64) ** 2).sum()) / sigma ** 2
+        m = noise.size
+        assert stats.chi2.ppf(CHECK_LEVEL / 2, m) < statistic < stats.chi2.ppf(1 - CHECK_LEVEL / 2, m)
+
+    def test_training_and_certification_add_the_same_noise_to_raw_inputs(self):
+        rng = np.random.default_rng(0)
+        X = (5.0 + 3.0 * rng.normal(size=(200, 4))).astype(np.float32)
+        y = (X[:, 0] > 5.0).astype(int)
+        sigma = 0.5
+        clf = SampleWiseSmoothedClassifier(
+            self.Normalised, training=FixedSigmaTraining(sigma), sampler=FixedSampler(n=50, n0=10),
+            max_epochs=1, batch_size=200, iterator_train__shuffle=False, random_state=0).fit(X, y)
+        (training_batch,) = clf.module_.received
+        self.assert_noise_has_sigma(training_batch.numpy() - X, sigma)
+        clf.module_.received.clear()
+        clf.certify(X[:20])
+        received = torch.cat(clf.module_.received).numpy()
+        clean = np.concatenate([np.repeat(X[:20], 10, axis=0), np.repeat(X[:20], 50, axis=0)])
+        self.assert_noise_has_sigma(received - clean, sigma)
+
+
+class TestUsedByFlows:
+    def test_fit_certify_script(self, fitted_digits_cnn, digits_split):
+        _, _, X_test, y_test = digits_split
+        clf = fitted_digits_cnn
+        prediction, radius, details = clf.certify(X_test, return_details=True)
+        assert prediction.shape == radius.shape == (len(X_test),)
+        assert set(prediction) <= set(clf.classes_) | {ABSTAIN}
+        np.testing.assert_array_equal(radius[prediction == ABSTAIN], 0.0)
+        assert np.all(radius >= 0)
+        np.testing.assert_array_equal(details.sigma, 0.25)
+        np.testing.assert_array_equal(details.n_samples, 220)
+        np.testing.assert_array_equal(details.search_steps, 0)
+        np.testing.assert_array_equal(details.region, -1)
+        certified = details.prediction != ABSTAIN
+        np.testing.assert_array_equal(clf.classes_[details.prediction[certified]], prediction[certified])
+        np.testing.assert_allclose(radius[certified], 0.25 * stats.norm.ppf(details.p_lower[certified]))
+        assert np.all(details.p_lower[certified] >= 0.5)
+        assert average_certified_radius(y_test, prediction, radius) > 0.1
+        assert np.mean(prediction == y_test) > 0.7
+        assert clf.score(X_test, y_test) == np.mean(clf.predict(X_test) == y_test)
+
+    def test_predict_proba(self, fitted_digits_cnn, digits_split):
+        _, _, X_test, y_test = digits_split
+        proba = fitted_digits_cnn.predict_proba(X_test[:20])
+        assert proba.shape == (20, 10)
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+        np.testing.assert_allclose(proba * 200, np.round(proba * 200), atol=1e-9)  # frequencies of n = 200
+        assert np.mean(proba.argmax(axis=1) == y_test[:20]) > 0.7
+
+    def test_repeated_calls_are_reproducible(self, fitted_digits_cnn, digits_split):
+        X_test = digits_split[2][:30]
+        first, second = fitted_digits_cnn.certify(X_test), fitted_digits_cnn.certify(X_test)
+        np.testing.assert_array_equal(first[0], second[0])
+        np.testing.assert_array_equal(first[1], second[1])
+        np.testing.assert_array_equal(fitted_digits_cnn.predict(X_test), fitted_digits_cnn.predict(X_test))
+
+    def test_certificates_do_not_depend_on_chunking_jobs_or_batch_size(self, fitted_digits_cnn, digits_split):
+        X_test = digits_split[2][:30]
+        reference = fitted_digits_cnn.certify(X_test, return_details=True)[2]
+        other = clone(fitted_digits_cnn)
+        other.__dict__.update({k: v for k, v in fitted_digits_cnn.__dict__.items() if k.endswith("_")})
+        other.set_params(n_jobs=2, certify_batch_size=77)
+        details = other.certify(X_test, return_details=True)[2]
+        np.testing.assert_array_equal(details.prediction, reference.prediction)
+        np.testing.assert_array_equal(details.p_lower, reference.p_lower)
+
+    def test_grid_search_over_nested_params(self, digits):
+        X, y = digits[0][:240], digits[1][:240]
+        grid = [
+            {"sampler__n": [30], "sigma_search__sigma": [0.25], "module__width": [3],
+             "optimizer__momentum": [0.9], "training__sigma": [0.25]},
+            {"sampler__n": [50], "sigma_search__sigma": [0.5], "module__width": [5],
+             "optimizer__momentum": [0.5], "training__sigma": [0.5]},
+        ]
+        search = GridSearchCV(tiny_digits_classifier(), grid, scoring=acr_scorer, cv=2).fit(X, y)
+        assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+        best = search.best_estimator_
+        params = search.best_params_
+        assert best.module_.layers[0].out_channels == params["module__width"]
+        assert best.optimizer_.param_groups[0]["momentum"] == params["optimizer__momentum"]
+        np.testing.assert_array_equal(best.train_sigmas_, params["training__sigma"])
+        details = best.certify(X[:5], return_details=True)[2]
+        np.testing.assert_array_equal(details.sigma, params["sigma_search__sigma"])
+        np.testing.assert_array_equal(details.n_samples, params["sampler__n"] + 10)
+
+    def test_set_params_on_default_components(self):
+        clf = SampleWiseSmoothedClassifier(DigitsCNN).set_params(
+            sampler__n=123, training__sigma=0.5, sigma_search__sigma=0.75)
+        assert clf.sampler.n == 123 and clf.training.sigma == 0.5 and clf.sigma_search.sigma == 0.75
+        assert clf.get_params()["sampler__n"] == 123
+
+    def test_certification_scorers_certify_once_per_estimator_and_split(self, digits):
+        X, y = digits[0][:200], digits[1][:200]
+        calls = []
+
+        class Counting(SampleWiseSmoothedClassifier):
+            def certify(self, X, *args, **kwargs):
+                calls.append(len(X))
+                return super().certify(X, *args, **kwargs)
+
+        scorers = certification_scorers([0.25, 0.5])
+        search = GridSearchCV(Counting(DigitsCNN, **{k: v for k, v in tiny_digits_classifier().get_params(
+            deep=False).items() if k != "module"}), {"sampler__n": [20, 30]}, scoring=scorers, refit="acr",
+            cv=2, return_train_score=True).fit(X, y)
+        # 2 candidates x 2 folds x (test + train) = 8 (estimator, X) pairs, 3 scorers each.
+        assert len(calls) == 8
+        assert set(search.cv_results_) >= {"mean_test_acr", "mean_test_certified_accuracy_at_0.25"}
+
+    def test_joblib_round_trip(self, fitted_digits_cnn, digits_split, tmp_path):
+        X_test = digits_split[2][:30]
+        joblib.dump(fitted_digits_cnn, tmp_path / "clf.joblib")
+        loaded = joblib.load(tmp_path / "clf.joblib")
+        expected, got = fitted_digits_cnn.certify(X_test, return_details=True), loaded.certify(X_test, return_details=True)
+        for before, after in zip(expected[:2], got[:2]):
+            np.testing.assert_array_equal(after, before)
+        np.testing.assert_array_equal(got[2].p_lower, expected[2].p_lower)
+        np.testing.assert_array_equal(loaded.predict(X_test), fitted_digits_cnn.predict(X_test))
+        np.testing.assert_array_equal(loaded.train_sigmas_, fitted_digits_cnn.train_sigmas_)
+        np.testing.assert_array_equal(loaded.classes_, fitted_digits_cnn.classes_)
+        # skorch's own inference keeps working after loading.
+        torch.testing.assert_close(loaded.forward(X_test), fitted_digits_cnn.forward(X_test))
+
+    def test_clone_is_unfitted_with_the_same_params(self, fitted_digits_cnn, digits_split):
+        cloned = clone(fitted_digits_cnn)
+        assert not hasattr(cloned, "module_") and not hasattr(cloned, "classes_")
+        assert cloned.get_params()["sampler__n"] == 200
+        assert cloned.sampler is not fitted_digits_cnn.sampler
+        with pytest.raises(NotFittedError):
+            cloned.certify(digits_split[2][:2])
+
+    def test_string_labels(self, digits):
+        X, y = digits
+        keep = np.isin(y, [1, 2, 3])
+        names = np.array(["zero", "one", "two", "three"])[y[keep]]
+        clf = tiny_digits_classifier(max_epochs=3, sampler=FixedSampler(n=8, n0=4)).fit(X[keep][:200], names[:200])
+        assert clf.classes_.tolist() == ["one", "three", "two"]
+        assert clf.module_.layers[-1].out_features == 3
+        prediction = clf.predict(X[keep][200:260])
+        certified, radius = clf.certify(X[keep][200:260])
+        # 8 samples never pass PREDICT's test at alpha = 0.001 (8 to 0 has p-value 0.0078).
+        assert set(prediction) == {ABSTAIN} and set(certified) == {ABSTAIN}
+        assert clf.score(X[keep][200:260], names[200:260]) == 0.0
+        clf.set_params(sampler__n=200)
+        prediction = clf.predict(X[keep][200:260])
+        assert {"one", "two", "three"} & set(prediction) and set(prediction) <= {"one", "two", "three", ABSTAIN}
+        expected = np.mean([p == t for p, t in zip(prediction, names[200:260])])
+        assert clf.score(X[keep][200:260], names[200:260]) == pytest.approx(expected)
+
+    def test_same_random_state_same_results(self, digits):
+        X, y = digits[0][:150], digits[1][:150]
+
+        def fit(seed):
+            return tiny_digits_classifier(random_state=seed, module=DropoutCNN).fit(X, y)
+
+        first, second, other = fit(0), fit(0), fit(1)
+        for name, tensor in first.module_.state_dict().items():
+            torch.testing.assert_close(second.module_.state_dict()[name], tensor, rtol=0, atol=0)
+        assert not torch.equal(other.module_.layers[0].weight, first.module_.layers[0].weight)
+        np.testing.assert_array_equal(first.certify(X[:20])[1], second.certify(X[:20])[1])
+        # Refitting the same estimator repeats the fit.
+        np.testing.assert_array_equal(first.fit(X, y).certify(X[:20])[1], second.certify(X[:20])[1])
+
+    def test_fit_leaves_the_global_torch_generator_alone(self, digits):
+        state = torch.get_rng_state()
+        tiny_digits_classifier(module=DropoutCNN).fit(digits[0][:64], digits[1][:64])
+        assert torch.equal(torch.get_rng_state(), state)
+
+    def test_certify_checkpoint_resumes_after_an_interruption(self, make_linear_classifier, tmp_path):
+        clf = make_linear_classifier((1.0, -2.0), 0.1, n=300, n0=30, sampler=InterruptingSampler(n=300, n0=30))
+        X = points_at_distance((1.0, -2.0), 0.1, np.linspace(-1, 1, 25), np.random.default_rng(0))
+        InterruptingSampler.calls, InterruptingSampler.fail_at = [], None
+        expected = clf.certify(X, return_details=True)
+        path = tmp_path / "certify.ckpt"
+        InterruptingSampler.calls, InterruptingSampler.fail_at = [], 2
+        with pytest.raises(RuntimeError, match="interrupted"):
+            clf.certify(X, checkpoint=path, checkpoint_every=10)
+        assert path.exists()
+        InterruptingSampler.calls, InterruptingSampler.fail_at = [], None
+        resumed = clf.certify(X, return_details=True, checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == [10, 5]  # the finished first chunk is not redone
+        assert not path.exists()
+        for before, after in zip(expected[:2], resumed[:2]):
+            np.testing.assert_array_equal(after, before)
+        np.testing.assert_array_equal(resumed[2].p_lower, expected[2].p_lower)
+
+    def test_checkpoint_of_other_weights_is_not_resumed(self, make_linear_classifier, tmp_path):
+        clf = make_linear_classifier((1.0, -2.0), 0.1, n=100, n0=10, sampler=InterruptingSampler(n=100, n0=10))
+        X = np.random.default_rng(0).normal(size=(25, 2)).astype(np.float32)
+        path = tmp_path / "certify.ckpt"
+        InterruptingSampler.calls, InterruptingSampler.fail_at = [], 2
+        with pytest.raises(RuntimeError):
+            clf.certify(X, checkpoint=path, checkpoint_every=10)
+        with torch.no_grad():
+            clf.module_.bias.fill_(-0.4)  # same parameters, other model
+        InterruptingSampler.calls, InterruptingSampler.fail_at = [], None
+        clf.certify(X, checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == [10, 10, 5]
+
+    def test_skorch_forward_gives_base_logits(self, make_linear_classifier):
+        clf = make_linear_classifier((1.0, 2.0), 0.5)
+        X = np.array([[1.0, 1.0], [-1.0, -1.0]], dtype=np.float32)
+        torch.testing.assert_close(clf.forward(X), torch.tensor([[-3.5, 3.5], [2.5, -2.5]]))
+
+    def test_partial_fit_continues_training(self, digits):
+        X, y = digits[0][:100], digits[1][:100]
+        clf = tiny_digits_classifier(max_epochs=1).fit(X, y)
+        module = clf.module_
+        clf.partial_fit(X, y)
+        assert clf.module_ is module and len(clf.history) == 2
+
+    def test_reset_regions(self, make_linear_classifier):
+        clf = make_linear_classifier((1.0,))
+        clf.regions_.append(np.zeros((1, 1)), [1.0], [0.5], [1])
+        assert len(clf.reset_regions().regions_) == 0
+
+    def test_column_vector_y_warns(self, make_linear_classifier):
+        clf = make_linear_classifier((1.0,))
+        with pytest.warns(DataConversionWarning):
+            clf.fit(np.zeros((2, 1), dtype=np.float32), np.array([[0], [1]]))
+
+
+class DropoutCNN(DigitsCNN):
+    """DigitsCNN with dropout: training uses torch's global generator."""
+
+    def __init__(self, n_classes=10, width=16):
+        super().__init__(n_classes, width)
+        self.layers.insert(len(self.layers) - 1, torch.nn.Dropout(0.5))
+
+
+class InterruptingSampler(FixedSampler):
+    """FixedSampler that records each call's size and raises on call number ``fail_at``."""
+
+    calls = []
+    fail_at = None
+
+    def _certify(self, engine, X, sigma, alpha, stage):
+        InterruptingSampler.calls.append(len(X))
+        if len(InterruptingSampler.calls) == InterruptingSampler.fail_at:
+            raise RuntimeError("interrupted")
+        return super()._certify(engine, X, sigma, alpha, stage)
+
+
+SHAPE = (1, 4, 4)
+
+
+def good_X(n=3):
+    """Valid inputs for the estimator of :class:`TestValidation`: (n, 1, 4, 4)."""
+    return np.random.default_rng(0).normal(size=(n,) + SHAPE).astype(np.float32)
+
+
+def bad_inputs():
+    X = good_X()
+    nan, inf = X.copy(), X.copy()
+    nan[1, 0, 2, 2] = np.nan
+    inf[0, 0, 0, 0] = -np.inf
+    return [
+        pytest.param(nan, "Input X contains NaN", id="nan"),
+        pytest.param(inf, "Input X contains infinity", id="inf"),
+        pytest.param(X[:, :, :3, :3], "X has 9 features, but .* is expecting 16 features", id="features"),
+        pytest.param(X.reshape(3, 16, 1), r"inputs of shape \(16, 1\), but .* fitted on inputs of shape "
+                     r"\(1, 4, 4\)", id="shape"),
+        pytest.param(X[0], "leading batch axis", id="no-batch-axis"),
+        pytest.param(X[0].ravel(), "Expected 2D array, got 1D array", id="one-dimensional"),
+        pytest.param(X[:0], r"0 sample\(s\) .* minimum of 1 is required", id="empty"),
+    ]
+
+
+class TestValidation:
+    """Every invalid call raises before any sampling and leaves the fitted estimator unchanged."""
+
+    @pytest.fixture
+    def clf(self, make_linear_classifier):
+        clf = make_linear_classifier(np.linspace(-1, 1, 16), 0.1, n=50, n0=10, input_shape=SHAPE)
+        clf.regions_.append(np.ones((1, 16)), [0.5], [0.5], [1])  # some fitted state to keep
+        return clf
+
+    @pytest.mark.parametrize("method", ["certify", "predict", "predict_proba"])
+    @pytest.mark.parametrize("X, message", bad_inputs())
+    def test_bad_inputs(self, clf, method, X, message):
+        before, calls = state_of(clf), count_forward_calls(clf)
+        with pytest.raises(ValueError, match=message):
+            getattr(clf, method)(X)
+        assert calls == []
+        assert_same_state(clf, before)
+
+    def test_flat_inputs_of_the_right_size_are_accepted(self, clf):
+        X = good_X()
+        np.testing.assert_array_equal(clf.certify(X.reshape(3, 16))[1], clf.certify(X)[1])
+
+    @pytest.mark.parametrize("method, y, message", [
+        pytest.param(method, y, message, id=f"{method}-{name}")
+        for method in ("fit", "partial_fit") for name, y, message in [
+            ("length", [0, 1], "X has 3 inputs but y has 2 labels"),
+            ("no-y", None, "requires y"),
+            ("continuous", [0.5, 1.5, 2.5], "Unknown label type"),
+        ]] + [
+        pytest.param("fit", [1, 1, 1], "at least 2 classes", id="fit-one-class"),
+        pytest.param("fit", [0, -1, 1], "ABSTAIN", id="fit-abstain-label"),
+        pytest.param("partial_fit", [0, 1, 7], r"labels \[7\] not among classes_", id="partial_fit-unknown"),
+    ])
+    def test_bad_labels(self, clf, y, message, method):
+        before, calls = state_of(clf), count_forward_calls(clf)
+        with pytest.raises(ValueError, match=message):
+            getattr(clf, method)(good_X(), y)
+        assert calls == []
+        assert_same_state(clf, before)
+
+    @pytest.mark.parametrize("params, message", [
+        pytest.param({"alpha": 0.0}, "'alpha' parameter", id="alpha-0"),
+        pytest.param({"alpha": 1.0}, "'alpha' parameter", id="alpha-1"),
+        pytest.param({"alpha": -0.5}, "'alpha' parameter", id="alpha-negative"),
+        pytest.param({"sigma_search__sigma": 0.0}, "'sigma' parameter of FixedSigma", id="sigma-0"),
+        pytest.param({"sigma_search__sigma": -1.0}, "'sigma' parameter of FixedSigma", id="sigma-negative"),
+        pytest.param({"training__sigma": 0.0}, "'sigma' parameter of FixedSigmaTraining", id="training-sigma"),
+        pytest.param({"sampler__n": 0}, "'n' parameter of FixedSampler", id="n-0"),
+        pytest.param({"sampler__n": -5}, "'n' parameter of FixedSampler", id="n-negative"),
+        pytest.param({"sampler__n0": 0}, "'n0' parameter of FixedSampler", id="n0-0"),
+        pytest.param({"certify_batch_size": 0}, "'certify_batch_size' parameter", id="batch-size"),
+        pytest.param({"training__objective": GaussianNoise(num_noise=0)}, "'num_noise' parameter", id="num-noise"),
+    ])
+    @pytest.mark.parametrize("method", ["certify", "predict", "predict_proba", "fit"])
+    def test_bad_parameters(self, clf, params, message, method):
+        clf.set_params(**params)
+        before, calls = state_of(clf), count_forward_calls(clf)
+        args = (good_X(), [0, 1, 1]) if method == "fit" else (good_X(),)
+        with pytest.raises(ValueError, match=message):
+            getattr(clf, method)(*args)
+        assert calls == []
+        assert_same_state(clf, before)
+
+    @pytest.mark.parametrize("method", ["certify", "predict", "predict_proba", "score", "reset_regions"])
+    def test_not_fitted(self, method):
+        clf = SampleWiseSmoothedClassifier(DigitsCNN)
+        args = {"certify": (good_X(),), "predict": (good_X(),), "predict_proba": (good_X(),),
+                "score": (good_X(), [0, 1, 1]), "reset_regions": ()}[method]
+        with pytest.raises(NotFittedError):
+            getattr(clf, method)(*args)
+
+    def test_sample_weight_is_refused(self, clf):
+        before = state_of(clf)
+        with pytest.raises(TypeError, match="sample_weight"):
+            clf.fit(good_X(), [0, 1, 1], sample_weight=np.ones(3))
+        assert_same_state(clf, before)
+
+    def test_bad_callbacks_are_refused_before_changing_anything(self):
+        clf = SampleWiseSmoothedClassifier(DigitsCNN)
+        with pytest.raises(TypeError, match="callbacks must be a list"):
+            clf.set_params(callbacks=3.0)
+        assert clf.callbacks is None
