@@ -125,8 +125,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     certify_batch_size : int, default=256
         Noisy copies per forward pass when sampling; bounds the memory used.
         Certificates do not depend on it. On a CPU, batches whose activations
-        stay in cache run fastest (``DigitsCNN``: ~21 us per copy at 128-512
-        copies, ~31 us at 768-1000); on a GPU, small models want larger batches.
+        stay in cache run fastest (``DigitsCNN`` ran ~1.45x faster per copy at
+        128-512 copies than at 768-1000); on a GPU, small models want larger
+        batches.
     n_jobs : int or None, default=None
         joblib workers for sampling (see :class:`~smoothsk.engine.MonteCarloEngine`);
         results do not depend on it.
