@@ -76,9 +76,10 @@ class _NoiseSource:
     def __init__(self, key, input_shape, dtype, device):
         self.key = key
         self.input_shape = tuple(input_shape)
-        self.on_cpu = device.type == "cpu" and dtype in (torch.float32, torch.float64)
+        self.on_cpu = device.type == "cpu"
         if self.on_cpu:
-            self.numpy_dtype = np.float32 if dtype == torch.float32 else np.float64
+            self.numpy_dtype = np.float64 if dtype == torch.float64 else np.float32
+            self.direct = dtype in (torch.float32, torch.float64)
         else:
             self.generator = torch.Generator(device=device)
             self.scratch = torch.empty((NOISE_BLOCK,) + self.input_shape, dtype=dtype, device=device)
@@ -108,7 +109,7 @@ class _NoiseSource:
         if self.on_cpu:
             bits = np.random.Philox(key=self.key | (int(position) << 64), counter=[0, 0, 0, block])
             generator = np.random.Generator(bits)
-            if skip == 0:
+            if skip == 0 and self.direct:
                 # numpy draws normals one after another, so the first rows of a
                 # block do not depend on how many rows are drawn.
                 generator.standard_normal(out=out.numpy(), dtype=self.numpy_dtype)

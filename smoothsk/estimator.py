@@ -124,8 +124,12 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         Robust-region allocation; None means ``NoRegions()``.
     alpha : float, default=0.001
         Failure probability of each certificate and of each ``predict``.
-    certify_batch_size : int, default=1000
-        Noisy copies per forward pass when sampling.
+    certify_batch_size : int, default=256
+        Noisy copies per forward pass when sampling; bounds the memory used.
+        Certificates do not depend on it. On a CPU, batches whose activations
+        stay in cache run fastest (``DigitsCNN`` ran ~1.45x faster per copy at
+        128-512 copies than at 768-1000); on a GPU, small models want larger
+        batches.
     n_jobs : int or None, default=None
         joblib workers for sampling (see :class:`~smoothsk.engine.MonteCarloEngine`);
         results do not depend on it.
@@ -196,7 +200,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         sampler=None,
         allocator=None,
         alpha=0.001,
-        certify_batch_size=1000,
+        certify_batch_size=256,
         n_jobs=None,
         random_state=None,
         criterion=torch.nn.CrossEntropyLoss,

@@ -244,3 +244,14 @@ class TestMeanSoftmax:
         X, _, sigma = inputs
         soft = MonteCarloEngine(Buckets(), 3, batch_size=100, root_seed=0).mean_softmax(X, sigma, 40, (1,))
         np.testing.assert_allclose(soft.sum(axis=1), 1.0, rtol=1e-12)
+
+
+class TestDtypes:
+    def test_half_precision_inputs_get_the_float32_noise_rounded(self):
+        recorder = Recorder(torch.nn.Identity())
+        engine = MonteCarloEngine(recorder, 3, batch_size=64, root_seed=0)
+        engine.class_counts(torch.zeros(2, 3, dtype=torch.float32), 1.0, 10, (1,))
+        engine.class_counts(torch.zeros(2, 3, dtype=torch.bfloat16), 1.0, 10, (1,))
+        single, half = recorder.batches
+        assert half.dtype == torch.bfloat16
+        torch.testing.assert_close(half, single.to(torch.bfloat16), rtol=0, atol=0)
