@@ -116,7 +116,7 @@ class _PsiMap:
         bounds[0::2], bounds[1::2] = first, last + 1
         # reduceat over [first, last + 1) for the even entries; the odd ones are discarded.
         padded = np.append(self.steps, 0)
-        return np.maximum.reduceat(padded, bounds)[0::2] if len(first) else np.zeros(0, np.int64)
+        return np.maximum.reduceat(padded, bounds)[0::2]
 
 
 def _step_index(p, grid_size):
