@@ -162,6 +162,11 @@ def bench_simulated(n_max, n_inputs):
         for name, p_top in distributions.items():
             engine = BinomialEngine(p_top, seed=1)
             rows, _ = run_pair(engine, np.zeros((n_inputs, 1)), y, sigma, n_max)
+            full = FixedSampler(n=n_max, n0=IAS_N0).certify(
+                engine, np.zeros((n_inputs, 1)), np.full(n_inputs, sigma), ALPHA, stage=(3,))
+            rows.append({"method": f"IAS n={n_max} (no acceleration)", "samples": full.n_samples,
+                         "k": np.full(n_inputs, n_max), "time": 0.0, "prediction": full.prediction,
+                         "radius": certified_radius(sigma, full.p_lower)})
             table(f"Simulated, {name}, sigma = {sigma}, {n_inputs} inputs", rows, y, p_top, sigma,
                   n_max, timed=False)
 
