@@ -124,7 +124,7 @@ def table(title, rows, y, p_reference, sigma, n_max, timed=True):
         mad = float(np.max(full - expected_radius(row["k"], p_reference, sigma)))
         cells = [row["method"], f"{row['samples'].mean():.0f}", f"{row['samples'].mean() / n_max:.3f}"]
         cells += [f"{row['time']:.1f}"] if timed else []
-        cells += [f"{average_certified_radius(y, row['prediction'], row['radius']):.4f}", f"{mad:.3f}"]
+        cells += [f"{average_certified_radius(y, row['prediction'], row['radius']):.4f}", f"{mad:.4f}"]
         cells += [f"{a:.3f}" for a in certified_accuracy_curve(y, row["prediction"], row["radius"], radii)]
         print("| " + " | ".join(cells) + " |")
 
