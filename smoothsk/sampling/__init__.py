@@ -2,5 +2,6 @@
 
 from ._base import BaseSampler, SamplingResult
 from ._fixed import FixedSampler
+from ._input_specific import InputSpecificSampler
 
-__all__ = ["BaseSampler", "SamplingResult", "FixedSampler"]
+__all__ = ["BaseSampler", "SamplingResult", "FixedSampler", "InputSpecificSampler"]
