@@ -13,6 +13,7 @@ from smoothsk.engine import MonteCarloEngine
 from smoothsk.metrics import average_certified_radius
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS, SigmaSearchResult
+from smoothsk.sigma._base import SEARCH_STAGE
 
 
 class LinearPair(nn.Module):
@@ -81,6 +82,25 @@ def test_certificates_stay_sound_with_each_search(linear_data, search):
     assert failed.sum() <= stats.binom.isf(1e-6, len(X), alpha)
     assert details.search_steps.shape == (len(X),) and (details.search_steps > 0).all()
     assert (details.sigma > 0).all()
+
+
+class StageSpy(MonteCarloEngine):
+    """An engine that records the stage of every noise stream it hands out."""
+
+    stages = None
+
+    def keys(self, stage, n_inputs):
+        self.stages.append(tuple(stage))
+        return super().keys(stage, n_inputs)
+
+
+@pytest.mark.parametrize("search", SEARCHES, ids=lambda s: repr(s))
+def test_searches_draw_only_search_stage_noise(linear_data, search):
+    """Certification uses stages (1, ...); a search must never read those samples."""
+    engine = StageSpy(LinearPair(W).eval(), 2, 1000)
+    engine.stages = []
+    search.search(engine.restricted(np.arange(20)), torch.from_numpy(linear_data[0][:20]))
+    assert engine.stages and all(stage[0] == SEARCH_STAGE for stage in engine.stages)
 
 
 class TestGridSigmaSearch:
@@ -210,10 +230,11 @@ class TestMultiStartFGSS:
             assert curves[i, level - 1] == pytest.approx(max(curves[i, up_end - 1], curves[i, down_end - 1]))
 
     def test_single_start_stops_at_first_decrease(self):
-        curves = bump(LEVELS, 6, 1.0)[None]
-        result = MultiStartFGSS(starts=((1, 1),)).search(CurveEngine(curves, 0.25), torch.zeros((1, 1)))
-        assert result.steps.tolist() == [7]
-        np.testing.assert_allclose(result.sigma, 0.25 * np.sqrt(6))
+        curves = np.stack([bump(LEVELS, 6, 1.0), np.where(LEVELS <= 8, 0.0, bump(LEVELS, 12, 0.5))])
+        result = MultiStartFGSS(starts=((1, 1),)).search(CurveEngine(curves, 0.25), torch.zeros((2, 1)))
+        # Up to the peak and one level past it; a plateau (p = 1/2, radius 0) is crossed: Alg. 1 moves on ties.
+        assert result.steps.tolist() == [7, 13]
+        np.testing.assert_allclose(result.sigma, 0.25 * np.sqrt([6, 12]))
 
     def test_one_sigma_for_the_set_maximises_the_approximate_acr(self):
         curves = np.stack([bump(LEVELS, 3, 1.0), bump(LEVELS, 9, 1.2), np.full(16, 0.05)])
