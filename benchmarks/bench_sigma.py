@@ -5,7 +5,8 @@ and epoch (PFAT's pretraining stage, Alg. 1 lines 2-10 / Eq. 4, written here
 as a small training schedule), then 300 held-out digits are certified with
 each test-time search and with fixed sigmas. Prints a markdown table: ACR,
 certified accuracy per radius, average search steps (noise-level evaluations)
-per input, and wall time, also as a ratio to certifying at one fixed sigma.
+per input, and wall time, also as a ratio to the median time of certifying
+at one fixed sigma (the search's overhead, certification included).
 Two grids and two FGSS settings separate the effect of the search range from
 that of the search itself: PFAT's grid covers [0.15, 1.0], Insta-RS's default
 levels [0.25, 1.0].
@@ -118,12 +119,14 @@ def main():
         "Grid on FGSS's default range (0.25:0.05:1.0, 16 points)": GridSigmaSearch(0.25, 1.0, 0.05),
         "FGSS (Insta-RS defaults: sigma0=0.25, T=16)": MultiStartFGSS(),
         FGSS: MultiStartFGSS(sigma0=0.15, max_level=44),
+        # DDRS's lr=1e-4, n=1 are tuned to CIFAR/ImageNet; on 64-pixel digits sigma then barely
+        # moves from its start, so lr and n were raised (DDRS uses n=8 with MACER, Sec. 4.3).
         GRADIENT: GradientSigmaSearch(sigma_init=0.25, lr=1e-3, n=8, sigma_min=0.12, sigma_max=1.0),
     }
     for name, search in searches.items():
         rows[name] = certify(clf, search, X_test, y_test)
 
-    baseline = rows[best_fixed]["seconds"]
+    baseline = float(np.median([rows[f"Fixed sigma={sigma}"]["seconds"] for sigma in fixed_sigmas]))
     header = ["method", "ACR", *(f"acc@{r}" for r in RADII), "avg steps", "sigma range", "wall s", "time / fixed"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
