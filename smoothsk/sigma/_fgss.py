@@ -130,7 +130,8 @@ class MultiStartFGSS(BaseSigmaSearch):
         except ValueError:  # ragged
             pairs = np.empty(0)
         if pairs.ndim != 2 or pairs.shape[1] != 2 or len(pairs) == 0 or pairs.dtype.kind not in "iu":
-            raise ValueError(f"starts must be a non-empty sequence of (level, step) integer pairs; got {self.starts!r}.")
+            raise ValueError("starts must be a non-empty sequence of (level, step) integer pairs; "
+                             f"got {self.starts!r}.")
         for level, step in self.start_pairs():
             if not 1 <= level <= self.max_level or step == 0:
                 raise ValueError(f"Each start (level, step) needs 1 <= level <= max_level={self.max_level} "
@@ -166,8 +167,9 @@ class MultiStartFGSS(BaseSigmaSearch):
         """``score(units, level)``: each input's approximate radius at ``level``, one engine call."""
         def score(units, level):
             sigma = self.level_sigma(level)
+            n_units = len(units)
             probabilities = engine.restricted(units).mean_softmax(
-                X[torch.as_tensor(units)], np.full(len(units), sigma), np.full(len(units), self.n), (SEARCH_STAGE, level))
+                X[torch.as_tensor(units)], np.full(n_units, sigma), np.full(n_units, self.n), (SEARCH_STAGE, level))
             return approximate_radius(probabilities, sigma, None if y is None else y[units])
         return score
 
