@@ -4,6 +4,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from .._components import Component
 
@@ -44,15 +45,18 @@ class BaseSigmaSearch(Component):
             Sampling access to the base model.
         X : torch.Tensor, shape (n_inputs, *input_shape)
             Inputs.
-        y : ndarray of int, shape (n_inputs,), optional
+        y : array-like or torch.Tensor of int, shape (n_inputs,), optional
             Class indices; searches that use labels (training-time sigma
-            assignment, PFAT Eq. 5) maximise the radius among correct predictions.
+            assignment, PFAT Eq. 5) maximise the radius among correct
+            predictions. Subclasses receive them as an int64 ndarray.
 
         Returns
         -------
         SigmaSearchResult
         """
         self.validate()
+        if y is not None:
+            y = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.int64)
         result = self._search(engine, X, y)
         return SigmaSearchResult(np.asarray(result.sigma, dtype=np.float64),
                                  np.asarray(result.steps, dtype=np.int64))
