@@ -3,9 +3,9 @@
 import time
 from numbers import Integral, Real
 
-import torch
 from sklearn.utils._param_validation import HasMethods, Interval
 
+from ..sigma import GradientSigmaSearch
 from ._staged import SIGMA_TIME_KEY, StagedSchedule, completed_epochs, full_sigmas, training_engine
 
 
@@ -74,12 +74,10 @@ class DataDependentTraining(StagedSchedule):
         self.objective_.validate()
 
     def _gradient_search(self, steps):
-        from ..sigma import GradientSigmaSearch
         return GradientSigmaSearch(sigma_init=self.sigma_init, steps=steps, lr=self.lr)
 
     def default_sigma_search(self):
         """DDRS's certification-time OptimizeSigma from ``sigma_init`` at the same step size (Sec. 3.6)."""
-        from ..sigma import GradientSigmaSearch
         return GradientSigmaSearch(sigma_init=self.sigma_init, lr=self.lr)
 
     def run(self, net, X, y, **fit_params):

@@ -3,9 +3,10 @@
 from numbers import Integral, Real
 
 import numpy as np
-from scipy.special import ndtri
 from sklearn.utils._param_validation import HasMethods, Interval
 
+from ..sigma import MultiStartFGSS
+from ..sigma._fgss import approximate_radius
 from ._smoothadv import SmoothAdv
 from ._staged import StagedSchedule, completed_epochs, full_sigmas, training_engine
 
@@ -114,7 +115,6 @@ class InstaRSTrain(StagedSchedule):
 
     def default_sigma_search(self):
         """Insta-RS's test-time search: multi-start FGSS on the same levels (Alg. 1)."""
-        from ..sigma import MultiStartFGSS
         return MultiStartFGSS(sigma0=self.sigma0, max_level=self.max_level)
 
     def levels(self, net):
@@ -157,10 +157,8 @@ class InstaRSTrain(StagedSchedule):
         g_cur = engine.mean_softmax(X, sigma_cur, n_samples, _UPDATE_STAGE)
         g_fur = engine.mean_softmax(X, sigma_fur, n_samples, _UPDATE_STAGE)
         y = y.cpu().numpy()
-        rows = np.arange(len(y))
-        eps = np.finfo(np.float64).eps
-        radius_cur = sigma_cur * ndtri(np.clip(g_cur[rows, y], eps, 1 - eps))
-        radius_fur = sigma_fur * ndtri(np.clip(g_fur[rows, y], eps, 1 - eps))
+        radius_cur = approximate_radius(g_cur, sigma_cur, y)
+        radius_fur = approximate_radius(g_fur, sigma_fur, y)
         wrong = g_cur.argmax(axis=1) != y
         grows = (g_fur.argmax(axis=1) == y) & (radius_cur < radius_fur)
         level = np.where(wrong, level - 1, np.where(grows, level + 1, level))

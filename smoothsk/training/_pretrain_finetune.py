@@ -5,6 +5,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import HasMethods, Interval
 
+from ..sigma import GridSigmaSearch
 from ._smoothadv import SmoothAdv
 from ._staged import StagedSchedule, completed_epochs, training_engine, uniform_sigmas
 
@@ -109,13 +110,11 @@ class PretrainFinetune(StagedSchedule):
         """The assignment search in use: ``assignment``, or PFAT's grid (Eq. 5) if None."""
         if self.assignment is not None:
             return self.assignment
-        from ..sigma import GridSigmaSearch
         return GridSigmaSearch(sigma_min=self.sigma_min, sigma_max=self.sigma_max,
                                step=_GRID_STEP, n=_ASSIGN_SAMPLES)
 
     def default_sigma_search(self):
         """PFAT's test-time search: the same grid, 1,000 samples per point (Eq. 7, App. A.1)."""
-        from ..sigma import GridSigmaSearch
         return GridSigmaSearch(sigma_min=self.sigma_min, sigma_max=self.sigma_max,
                                step=_GRID_STEP, n=_TEST_SAMPLES)
 
