@@ -1,4 +1,4 @@
-"""Tests of the data-set loaders (smoothsk.datasets)."""
+"""Tests of the synthetic heterogeneous-margin data set (smoothsk.datasets.make_heterogeneous_margins)."""
 
 import numpy as np
 import pytest
