@@ -53,8 +53,8 @@ def datasets(quick, which):
         X, y = load_digits_images()
         out["digits"] = train_test_split(X, y, test_size=300 if quick else 500, stratify=y, random_state=0)
     if which in ("synthetic", "both"):
-        X, y = make_heterogeneous_margins(n_samples=1200 if quick else 2400, random_state=0)
-        out["synthetic"] = train_test_split(X, y, test_size=240 if quick else 600, stratify=y, random_state=0)
+        X, y = make_heterogeneous_margins(n_samples=1200 if quick else 2000, random_state=0)
+        out["synthetic"] = train_test_split(X, y, test_size=240 if quick else 500, stratify=y, random_state=0)
     return out
 
 
