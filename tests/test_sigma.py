@@ -13,6 +13,7 @@ from smoothsk.engine import MonteCarloEngine
 from smoothsk.metrics import average_certified_radius
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS, SigmaSearchResult
+from smoothsk.sigma._base import SEARCH_STAGE
 
 
 class LinearPair(nn.Module):
@@ -83,6 +84,25 @@ def test_certificates_stay_sound_with_each_search(linear_data, search):
     assert (details.sigma > 0).all()
 
 
+class StageSpy(MonteCarloEngine):
+    """An engine that records the stage of every noise stream it hands out."""
+
+    stages = None
+
+    def keys(self, stage, n_inputs):
+        self.stages.append(tuple(stage))
+        return super().keys(stage, n_inputs)
+
+
+@pytest.mark.parametrize("search", SEARCHES, ids=lambda s: repr(s))
+def test_searches_draw_only_search_stage_noise(linear_data, search):
+    """Certification uses stages (1, ...); a search must never read those samples."""
+    engine = StageSpy(LinearPair(W).eval(), 2, 1000)
+    engine.stages = []
+    search.search(engine.restricted(np.arange(20)), torch.from_numpy(linear_data[0][:20]))
+    assert engine.stages and all(stage[0] == SEARCH_STAGE for stage in engine.stages)
+
+
 class TestGridSigmaSearch:
     def test_grid_follows_pfat_definition(self):
         # PFAT Eq. 5/7: multiples of the interval inside [sigma_min, sigma_max].
@@ -145,8 +165,10 @@ class CurveEngine:
     """A stand-in engine whose soft classifier has a prescribed radius curve per input.
 
     ``curves[i, l - 1]`` is the approximate radius ``sigma * PhiInv(p)`` that
-    input ``i`` has at level ``l``; ``mean_softmax`` returns ``(1 - p, p)``.
-    Every call is logged as (global rows, sigmas).
+    input ``i`` has at level ``l``; ``mean_softmax`` returns ``(p, (1 - p) / 2,
+    (1 - p) / 2)``, whose top probability is ``p`` while ``p >= 1/3`` (radii
+    down to ``sigma * PhiInv(1/3) = -0.43 sigma``). Every call is logged as
+    (global rows, sigmas).
     """
 
     def __init__(self, curves, sigma0):
@@ -166,7 +188,7 @@ class CurveEngine:
         self.calls.append((rows.copy(), sigma.copy()))
         level = np.rint((sigma / self.sigma0) ** 2).astype(int)
         p = stats.norm.cdf(self.curves[rows, level - 1] / sigma)
-        return np.stack([1 - p, p], axis=1)
+        return np.stack([p, (1 - p) / 2, (1 - p) / 2], axis=1)
 
 
 def bump(levels, centre, height, width=2.0):
@@ -209,16 +231,28 @@ class TestMultiStartFGSS:
             assert level in (up_end, down_end)
             assert curves[i, level - 1] == pytest.approx(max(curves[i, up_end - 1], curves[i, down_end - 1]))
 
+    def test_each_level_has_its_own_noise(self, linear_data):
+        engine = StageSpy(LinearPair(W).eval(), 2, 1000)
+        engine.stages = []
+        result = MultiStartFGSS(n=50).search(engine, torch.from_numpy(linear_data[0][:30]))
+        levels = np.rint((result.sigma / 0.25) ** 2).astype(int)
+        assert {(SEARCH_STAGE, int(level)) for level in levels} <= set(engine.stages)
+        assert all(stage[0] == SEARCH_STAGE and 1 <= stage[1] <= 16 for stage in engine.stages)
+
     def test_single_start_stops_at_first_decrease(self):
-        curves = bump(LEVELS, 6, 1.0)[None]
-        result = MultiStartFGSS(starts=((1, 1),)).search(CurveEngine(curves, 0.25), torch.zeros((1, 1)))
-        assert result.steps.tolist() == [7]
-        np.testing.assert_allclose(result.sigma, 0.25 * np.sqrt(6))
+        curves = np.stack([bump(LEVELS, 6, 1.0), np.where(LEVELS <= 8, 0.0, bump(LEVELS, 12, 0.5))])
+        result = MultiStartFGSS(starts=((1, 1),)).search(CurveEngine(curves, 0.25), torch.zeros((2, 1)))
+        # Up to the peak and one level past it; a plateau (p = 1/2, radius 0) is crossed: Alg. 1 moves on ties.
+        assert result.steps.tolist() == [7, 13]
+        np.testing.assert_allclose(result.sigma, 0.25 * np.sqrt([6, 12]))
 
     def test_one_sigma_for_the_set_maximises_the_approximate_acr(self):
-        curves = np.stack([bump(LEVELS, 3, 1.0), bump(LEVELS, 9, 1.2), np.full(16, 0.05)])
-        result = MultiStartFGSS(per_input=False).search(CurveEngine(curves, 0.25), torch.zeros((3, 1)))
+        # Three inputs misclassified near level 10 (negative radii) would pull an
+        # unclipped mean to level 3; Eq. 5 counts them as 0, so level 10 wins.
+        curves = np.stack([bump(LEVELS, 3, 1.0), bump(LEVELS, 10, 1.2), *[-bump(LEVELS, 10, 0.1, 3)] * 3])
+        result = MultiStartFGSS(per_input=False).search(CurveEngine(curves, 0.25), torch.zeros((5, 1)))
         best = np.maximum(curves, 0).mean(axis=0).argmax() + 1  # Alg. 3 / Eq. 5
+        assert best == 10 and curves.mean(axis=0).argmax() + 1 == 3
         assert len(np.unique(result.sigma)) == 1
         np.testing.assert_allclose(result.sigma[0], 0.25 * np.sqrt(best))
         assert len(np.unique(result.steps)) == 1

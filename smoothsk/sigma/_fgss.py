@@ -65,8 +65,12 @@ class MultiStartFGSS(BaseSigmaSearch):
     A level is evaluated at most once per input (memoised), with its own
     independent noise (engine stage ``(SEARCH_STAGE, level)``), as each
     "compute" step of Alg. 1 draws fresh noise vectors. ``steps`` counts the
-    distinct levels evaluated per input; the two default starts meet where
-    the score turns, so a level visited by both is paid once.
+    distinct levels evaluated per input. This is where the savings over a
+    grid come from: on a unimodal score curve the ascent from level 1 and
+    the descent from level T together visit every level, whereas the Monte
+    Carlo noise of independent draws makes each local search stop at the
+    first apparent decrease. (Common random numbers across levels, as in
+    :class:`GridSigmaSearch`, would smooth the curve and cost all T levels.)
 
     Parameters
     ----------
