@@ -14,6 +14,33 @@ def expand_sigma(sigma, X):
     return sigma.view((-1,) + (1,) * (X.dim() - 1))
 
 
+def gaussian_noise(net, X, sigma, num_noise):
+    """Gaussian noise for ``num_noise`` copies of each input, from the net's training generator.
+
+    Parameters
+    ----------
+    net : SampleWiseSmoothedClassifier
+        Supplies ``noise_generator_``.
+    X : torch.Tensor, shape (batch, *input_shape)
+    sigma : torch.Tensor, shape (batch,)
+    num_noise : int
+
+    Returns
+    -------
+    noise : torch.Tensor, shape (num_noise * batch, *input_shape)
+        Row ``k * batch + i`` is noise of standard deviation ``sigma[i]``
+        for copy ``k`` of input ``i``.
+    """
+    shape = (num_noise * len(X),) + tuple(X.shape[1:])
+    noise = torch.randn(shape, generator=net.noise_generator_, device=X.device, dtype=X.dtype)
+    return noise * expand_sigma(sigma.repeat(num_noise), noise)
+
+
+def repeat_inputs(X, num_noise):
+    """Inputs laid out as the copies of :func:`gaussian_noise`: (num_noise * batch, *input_shape)."""
+    return X.repeat((num_noise,) + (1,) * (X.dim() - 1))
+
+
 def gaussian_copies(net, X, sigma, num_noise):
     """``num_noise`` Gaussian noisy copies of each input, drawn from the net's training generator.
 
@@ -30,9 +57,7 @@ def gaussian_copies(net, X, sigma, num_noise):
     noisy : torch.Tensor, shape (num_noise * batch, *input_shape)
         Copy ``k * batch + i`` is ``X[i] + sigma[i] * noise``.
     """
-    repeated = X.repeat((num_noise,) + (1,) * (X.dim() - 1))
-    noise = torch.randn(repeated.shape, generator=net.noise_generator_, device=X.device, dtype=X.dtype)
-    return repeated + noise * expand_sigma(sigma.repeat(num_noise), repeated)
+    return repeat_inputs(X, num_noise) + gaussian_noise(net, X, sigma, num_noise)
 
 
 class BaseObjective(Component):

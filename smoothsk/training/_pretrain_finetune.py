@@ -1,0 +1,144 @@
+"""PFAT's pretrain-to-finetune schedule (PFAT Sec. 4.2, Alg. 1)."""
+
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.utils._param_validation import HasMethods, Interval
+
+from ..sigma import GridSigmaSearch
+from ._smoothadv import SmoothAdv
+from ._staged import StagedSchedule, completed_epochs, training_engine, uniform_sigmas
+
+#: Grid step and Monte Carlo samples of PFAT's sigma assignment (Eq. 5, App. A.1).
+_GRID_STEP = 0.05
+_ASSIGN_SAMPLES = 500
+#: Samples per grid point of PFAT's test-time search (App. A.1).
+_TEST_SAMPLES = 1000
+
+
+class PretrainFinetune(StagedSchedule):
+    """Pretrain with random per-sample sigma, assign each sample its best sigma, finetune.
+
+    1. *Pretrain* for ``pretrain_epochs``: every epoch each training sample
+       draws ``sigma ~ U(sigma_min, sigma_max)`` anew (PFAT Eq. 4).
+    2. *Assign*: each training sample gets the sigma of ``assignment``, a
+       sigma search that uses the labels (by default PFAT Eq. 5: the grid
+       ``{0.05 t}`` within ``[sigma_min, sigma_max]``, 500 Monte Carlo
+       samples, the largest radius among correct predictions), run packed
+       over the whole training set through the Monte Carlo engine.
+    3. *Finetune* for ``finetune_epochs`` with these sigmas fixed, at
+       learning rate ``finetune_lr``.
+
+    The learning rate of the live optimizer is changed for the finetune
+    stage (skorch's ``set_params(optimizer__lr=...)``); the estimator's ``lr``
+    stays the pretraining rate, so a refit starts over as configured. A
+    learning-rate scheduler callback keeps stepping across the stages.
+
+    ``partial_fit`` (or ``fit`` with ``warm_start=True``) resumes: an
+    unfinished pretraining is completed, and a finished run finetunes
+    ``finetune_epochs`` more epochs with the assigned sigmas (assigned anew
+    if the training set has another size).
+
+    Parameters
+    ----------
+    sigma_min, sigma_max : float, default=0.12, 0.50
+        Range of the pretraining sigmas and of the default assignment grid,
+        0 < sigma_min < sigma_max.
+    pretrain_epochs, finetune_epochs : int, default=150, 150
+        Epochs of each stage (the estimator's ``max_epochs`` is not used).
+    finetune_lr : float or None, default=0.001
+        Learning rate of the finetune stage; None keeps the optimizer's.
+    objective : BaseObjective or None, default=None
+        Batch loss of both stages; None means
+        ``SmoothAdv(epsilon=1.0, steps=2, num_noise=4)`` (Alg. 1 line 1).
+    assignment : BaseSigmaSearch or None, default=None
+        Search that assigns the training sigmas, called with labels; None
+        means ``GridSigmaSearch(sigma_min, sigma_max, step=0.05, n=500)``.
+
+    Notes
+    -----
+    Defaults follow PFAT App. A.1/A.2 (150 + 150 epochs, finetune learning
+    rate 0.001, range [0.12, 0.50] with a 4-sample 2-step SmoothAdv).
+    The history's ``"training_stage"`` column says which stage each epoch
+    belongs to and ``"sigma_time"`` holds the seconds the assignment took
+    (in the first finetune epoch).
+
+    References
+    ----------
+    PFAT: "Pretrain-to-finetune adversarial training via sample-wise
+    randomized smoothing", Alg. 1, Eq. 3-5.
+
+    Examples
+    --------
+    >>> PretrainFinetune(sigma_max=1.0, pretrain_epochs=5, finetune_epochs=5)
+    PretrainFinetune(finetune_epochs=5, pretrain_epochs=5, sigma_max=1.0)
+    """
+
+    _parameter_constraints = {
+        "sigma_min": [Interval(Real, 0, None, closed="neither")],
+        "sigma_max": [Interval(Real, 0, None, closed="neither")],
+        "pretrain_epochs": [Interval(Integral, 0, None, closed="left")],
+        "finetune_epochs": [Interval(Integral, 0, None, closed="left")],
+        "finetune_lr": [Interval(Real, 0, None, closed="neither"), None],
+        "objective": [HasMethods(["loss"]), None],
+        "assignment": [HasMethods(["search"]), None],
+    }
+
+    def __init__(self, sigma_min=0.12, sigma_max=0.50, pretrain_epochs=150, finetune_epochs=150,
+                 finetune_lr=0.001, objective=None, assignment=None):
+        self.sigma_min = sigma_min
+        self.sigma_max = sigma_max
+        self.pretrain_epochs = pretrain_epochs
+        self.finetune_epochs = finetune_epochs
+        self.finetune_lr = finetune_lr
+        self.objective = objective
+        self.assignment = assignment
+
+    def _check_consistency(self):
+        if self.sigma_min >= self.sigma_max:
+            raise ValueError(f"sigma_min must be < sigma_max; got {self.sigma_min} and {self.sigma_max}.")
+        self.objective_.validate()
+        self.assignment_.validate()
+
+    @property
+    def objective_(self):
+        """The objective in use: ``objective``, or PFAT's SmoothAdv if None."""
+        return SmoothAdv(epsilon=1.0, steps=2, num_noise=4) if self.objective is None else self.objective
+
+    @property
+    def assignment_(self):
+        """The assignment search in use: ``assignment``, or PFAT's grid (Eq. 5) if None."""
+        if self.assignment is not None:
+            return self.assignment
+        return GridSigmaSearch(sigma_min=self.sigma_min, sigma_max=self.sigma_max,
+                               step=_GRID_STEP, n=_ASSIGN_SAMPLES)
+
+    def default_sigma_search(self):
+        """PFAT's test-time search: the same grid, 1,000 samples per point (Eq. 7, App. A.1)."""
+        return GridSigmaSearch(sigma_min=self.sigma_min, sigma_max=self.sigma_max,
+                               step=_GRID_STEP, n=_TEST_SAMPLES)
+
+    def run(self, net, X, y, **fit_params):
+        self._pending_sigma_time = 0.0
+        restart = self._restart(net, len(X))
+        pretrained = completed_epochs(net, "pretrain")
+        finetuned = completed_epochs(net, "finetune")
+        if finetuned == 0 and pretrained < self.pretrain_epochs:
+            net.train_sigmas_ = uniform_sigmas(net, len(X), self.sigma_min, self.sigma_max)
+            self._run_stage(net, X, y, "pretrain", self.pretrain_epochs - pretrained, fit_params)
+            restart = True
+        if restart or finetuned == 0:
+            net.train_sigmas_ = self._timed(self._assign, net, X, y)
+        self._set_lr(net, self.finetune_lr)
+        remaining = self.finetune_epochs - finetuned if finetuned < self.finetune_epochs else self.finetune_epochs
+        self._run_stage(net, X, y, "finetune", remaining, fit_params)
+
+    def _assign(self, net, X, y):
+        """PFAT Eq. 5 / Alg. 1 line 11: each training sample's sigma, searched with its label."""
+        return np.asarray(self.assignment_.search(training_engine(net), X, y.cpu().numpy()).sigma,
+                          dtype=np.float64)
+
+    def on_epoch_begin(self, net):
+        if self.stage_ == "pretrain":  # Eq. 4 / Alg. 1 line 3: fresh sigmas every epoch
+            net.train_sigmas_ = uniform_sigmas(net, len(net.train_sigmas_), self.sigma_min, self.sigma_max)
+        super().on_epoch_begin(net)
