@@ -224,6 +224,36 @@ class MonteCarloEngine:
         n_samples = np.broadcast_to(np.asarray(n_samples, dtype=np.float64), (len(X),))
         return totals / np.maximum(n_samples, 1.0)[:, None]
 
+    def standard_normal(self, X, n_copies, stage):
+        """The unscaled noise of copies ``0 .. n_copies - 1`` of each input, as a tensor.
+
+        For searches that differentiate through the model (the
+        reparameterisation ``x + sigma * noise``) and so cannot use the packed
+        inference path. Draws the same streams as :meth:`class_counts` for the
+        same stage.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (n_inputs, *input_shape)
+            Inputs (only their number, shape and dtype are used).
+        n_copies : int
+            Noisy copies per input.
+        stage : tuple of int
+            Sampling stage.
+
+        Returns
+        -------
+        noise : torch.Tensor, shape (n_inputs, n_copies, *input_shape)
+            Standard normal values on the engine's device.
+        """
+        shape = tuple(X.shape[1:])
+        source = _NoiseSource(stage_key(self.root_seed, stage), shape, X.dtype, self.device)
+        noise = torch.empty((len(X), n_copies) + shape, dtype=X.dtype, device=self.device)
+        positions = np.arange(len(X)) if self.positions is None else self.positions[:len(X)]
+        for row, position in enumerate(positions.tolist()):
+            source.fill(noise[row], position, 0, n_copies)
+        return noise
+
     def _run(self, X, sigma, n_samples, stage, soft):
         n_inputs = len(X)
         n_samples = np.broadcast_to(np.asarray(n_samples, dtype=np.int64), (n_inputs,))

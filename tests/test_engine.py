@@ -113,6 +113,18 @@ class TestDistribution:
         assert abs(np.corrcoef(first.flatten(), second.flatten())[0, 1]) < 0.05
         assert len(torch.unique(first[:, 0, 0, 0])) == 512
 
+    def test_standard_normal_is_the_noise_class_counts_adds(self):
+        # With X = 0 and sigma = 1 the module sees exactly the unscaled noise.
+        recorder = Recorder(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3)))
+        engine = MonteCarloEngine(recorder, 3, batch_size=50, root_seed=7)
+        X = torch.zeros(5, 4)
+        engine.class_counts(X, 1.0, 30, (0, 3))
+        seen = torch.cat(recorder.batches).view(5, 30, 4)
+        torch.testing.assert_close(engine.standard_normal(X, 30, (0, 3)), seen, rtol=0, atol=0)
+        rows = np.array([1, 4])
+        torch.testing.assert_close(engine.restricted(rows).standard_normal(X[rows], 30, (0, 3)), seen[rows],
+                                   rtol=0, atol=0)
+
     def test_identical_inputs_get_independent_noise(self):
         engine = MonteCarloEngine(Buckets(), 3, batch_size=256, root_seed=0)
         counts = engine.class_counts(torch.zeros(20, 1), np.ones(20), 200, (1,))

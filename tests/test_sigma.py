@@ -89,9 +89,17 @@ class StageSpy(MonteCarloEngine):
 
     stages = None
 
-    def keys(self, stage, n_inputs):
+    def class_counts(self, X, sigma, n_samples, stage):
         self.stages.append(tuple(stage))
-        return super().keys(stage, n_inputs)
+        return super().class_counts(X, sigma, n_samples, stage)
+
+    def mean_softmax(self, X, sigma, n_samples, stage):
+        self.stages.append(tuple(stage))
+        return super().mean_softmax(X, sigma, n_samples, stage)
+
+    def standard_normal(self, X, n_copies, stage):
+        self.stages.append(tuple(stage))
+        return super().standard_normal(X, n_copies, stage)
 
 
 @pytest.mark.parametrize("search", SEARCHES, ids=lambda s: repr(s))

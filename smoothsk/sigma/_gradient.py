@@ -120,7 +120,7 @@ class GradientSigmaSearch(BaseSigmaSearch):
         Parameters
         ----------
         engine : MonteCarloEngine
-            Supplies ``module``, ``device``, ``batch_size`` and noise keys.
+            Supplies ``module``, ``device``, ``batch_size`` and the search noise.
         X : torch.Tensor, shape (n_inputs, *input_shape)
         sigma : array-like of float, shape (n_inputs,)
             Starting sigma per input (e.g. a warm start from a previous epoch).
@@ -137,26 +137,20 @@ class GradientSigmaSearch(BaseSigmaSearch):
         sigma = np.clip(np.asarray(sigma, dtype=np.float64), self.sigma_min, self.sigma_max)
         if y is not None:
             y = torch.as_tensor(y, dtype=torch.int64, device=engine.device)
-        keys = np.array([engine.keys((SEARCH_STAGE, k), n_inputs) for k in range(self.steps)],
-                        dtype=np.uint64).reshape(self.steps, n_inputs)
         per_batch = max(1, engine.batch_size // self.n)
         for start in range(0, n_inputs, per_batch):
-            rows = slice(start, min(start + per_batch, n_inputs))
+            rows = np.arange(start, min(start + per_batch, n_inputs))
             labels = None if y is None else y[rows]
-            sigma[rows] = self._ascend_batch(engine, X[rows], sigma[rows], labels, keys[:, rows])
+            sigma[rows] = self._ascend_batch(engine.restricted(rows), X[rows], sigma[rows], labels)
         return SigmaSearchResult(sigma, np.full(n_inputs, self.steps, dtype=np.int64))
 
-    def _ascend_batch(self, engine, X, sigma, y, keys):
-        """DDRS Alg. 1 for one batch of inputs; ``keys`` (steps, batch) seed the noise."""
+    def _ascend_batch(self, engine, X, sigma, y):
+        """DDRS Alg. 1 for one batch of inputs, step ``k`` drawing noise at stage ``(SEARCH_STAGE, k)``."""
         X = torch.as_tensor(X).to(engine.device)
         batch, shape = len(X), tuple(X.shape[1:])
         sigma = torch.as_tensor(sigma, dtype=X.dtype, device=engine.device)
-        eps = torch.empty((batch, self.n) + shape, dtype=X.dtype, device=engine.device)
-        generator = torch.Generator(device=engine.device)
-        for step_keys in keys:
-            for i, seed in enumerate(step_keys.tolist()):
-                generator.manual_seed(seed)
-                eps[i].normal_(generator=generator)
+        for step in range(self.steps):
+            eps = engine.standard_normal(X, self.n, (SEARCH_STAGE, step))
             with torch.enable_grad():
                 leaf = sigma.clone().requires_grad_(True)
                 scale = leaf.view((batch, 1) + (1,) * len(shape))
