@@ -8,26 +8,75 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from . import SampleWiseSmoothedClassifier
-from .datasets import load_digits_images
+from .datasets import load_digits_images, make_heterogeneous_margins
 from .metrics import average_certified_radius, certified_accuracy_curve
-from .models import DigitsCNN
+from .models import DigitsCNN, FlatMLP
 from .sampling import FixedSampler
-from .training import FixedSigmaTraining
+from .sigma import GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
+from .training import DataDependentTraining, FixedSigmaTraining, InstaRSTrain, PretrainFinetune
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def demo_methods():
+def demo_methods(epochs, search_n):
     """The methods the demo compares: name -> keyword arguments of the estimator.
+
+    The fixed-sigma baselines (Cohen et al.) and the sample-wise methods, each
+    with the test-time search its paper pairs it with, trained for the same
+    total number of epochs. Searches use ``search_n`` Monte Carlo samples per
+    evaluation; certificates follow with fresh samples (``NoRegions``:
+    Insta-RS's per-input guarantee).
+
+    Parameters
+    ----------
+    epochs : int
+        Total training epochs of every method.
+    search_n : int
+        Samples per noise-level evaluation of the sigma searches.
 
     Returns
     -------
     dict of str -> dict
     """
+    half = max(1, epochs // 2)
     return {
         "Cohen sigma=0.25": {"training": FixedSigmaTraining(0.25)},
         "Cohen sigma=0.5": {"training": FixedSigmaTraining(0.5)},
+        "PFAT (pretrain-finetune, grid search)": {
+            "training": PretrainFinetune(0.12, 0.5, pretrain_epochs=half, finetune_epochs=epochs - half,
+                                         finetune_lr=0.005, assignment=GridSigmaSearch(0.12, 0.5, 0.05, n=search_n)),
+            "sigma_search": GridSigmaSearch(0.12, 0.5, 0.05, n=search_n)},
+        "Insta-RS (Insta-RS Train, multi-start FGSS)": {
+            "training": InstaRSTrain(sigma0=0.25, max_level=16, update_every=max(1, half // 15),
+                                     stage1_epochs=half, stage2_epochs=epochs - half, stage2_lr=0.005),
+            "sigma_search": MultiStartFGSS(0.25, 16, n=search_n)},
+        "DDRS (data-dependent training, gradient search)": {
+            "training": DataDependentTraining(0.25, steps=1, lr=0.01, warmup_epochs=epochs // 4),
+            "sigma_search": GradientSigmaSearch(0.25, steps=100, lr=0.002, sigma_max=2.0)},
     }
+
+
+def demo_data(name):
+    """The demo's data and base model.
+
+    Parameters
+    ----------
+    name : {"digits", "synthetic"}
+        scikit-learn's bundled digits with :class:`DigitsCNN`, or the
+        256-dimensional heterogeneous-margin mixture with :class:`FlatMLP`.
+
+    Returns
+    -------
+    X : ndarray of float32, shape (n, *input_shape)
+    y : ndarray of int64, shape (n,)
+    module : type
+    module_params : dict
+    """
+    if name == "digits":
+        X, y = load_digits_images()
+        return X, y, DigitsCNN, {}
+    X, y = make_heterogeneous_margins()
+    return X, y, FlatMLP, {"module__hidden": 256}
 
 
 def markdown_table(rows, radii):
@@ -70,7 +119,7 @@ def save_plot(curves, path):
         ax.plot(radii, accuracy, label=name)
     ax.set_xlabel("L2 radius")
     ax.set_ylabel("certified accuracy")
-    ax.set_title("smoothsk demo: digits test split")
+    ax.set_title("smoothsk demo: certified accuracy on the test split")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -80,19 +129,22 @@ def save_plot(curves, path):
 
 def run_demo(args):
     """Train each demo method on the digits, certify the test split, print and plot."""
-    X, y = load_digits_images()
+    X, y, module, module_params = demo_data(args.data)
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=args.test_size, random_state=0, stratify=y)
-    print(f"digits: {len(X_train)} training and {len(X_test)} test images of shape {X.shape[1:]}; "
+    print(f"{args.data}: {len(X_train)} training and {len(X_test)} test inputs of shape {X.shape[1:]}; "
           f"certifying with n={args.n}, n0={args.n0}, alpha={args.alpha}\n")
     rows, curves = [], {}
     fine_radii = np.linspace(0, 2.0, 81)
-    for name, params in demo_methods().items():
+    methods = demo_methods(args.epochs, args.search_n)
+    chosen = methods if args.methods == "all" else {
+        name: params for name, params in methods.items() if name.split()[0].lower() in args.methods.lower().split(",")}
+    for name, params in chosen.items():
         print(f"## {name}")
         started = time.perf_counter()
         clf = SampleWiseSmoothedClassifier(
-            DigitsCNN, max_epochs=args.epochs, lr=0.05, optimizer__momentum=0.9, batch_size=64,
+            module, max_epochs=args.epochs, lr=0.05, optimizer__momentum=0.9, batch_size=64,
             sampler=FixedSampler(n=args.n, n0=args.n0), alpha=args.alpha, random_state=args.seed,
-            verbose=1, **params)
+            verbose=1, **module_params, **params)
         clf.fit(X_train, y_train)
         prediction, radius = clf.certify(X_test)
         seconds = time.perf_counter() - started
@@ -113,7 +165,12 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="smoothsk", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="train and certify on the bundled digits")
-    demo.add_argument("--epochs", type=int, default=15, help="training epochs per method")
+    demo.add_argument("--data", choices=("digits", "synthetic"), default="digits",
+                      help="bundled digits, or the 256-dimensional heterogeneous-margin mixture")
+    demo.add_argument("--methods", default="all",
+                      help="comma-separated first words of the methods to run (cohen, pfat, insta-rs, ddrs) or 'all'")
+    demo.add_argument("--epochs", type=int, default=20, help="training epochs per method")
+    demo.add_argument("--search-n", type=int, default=200, help="samples per noise-level evaluation of the searches")
     demo.add_argument("--n", type=int, default=1000, help="certification samples per input")
     demo.add_argument("--n0", type=int, default=100, help="selection samples per input")
     demo.add_argument("--alpha", type=float, default=0.001, help="failure probability per certificate")
