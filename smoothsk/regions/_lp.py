@@ -123,8 +123,8 @@ class TransductiveLPAllocator(RegionAllocator):
         i, j, distance = overlap_graph(owners, uncapped)
         ball = max_radii_lp(i, j, distance, upper)  # Eq. 10
 
-        region_of_owner = regions.append(X[owner], ball, layout.sigma_first[owner],
-                                         first.prediction[owner], first.p_lower[owner])
+        region_of_owner = regions.append(X, ball, layout.sigma_first[owner], first.prediction[owner],
+                                         first.p_lower[owner], rows=owner)
         slot = layout.owner_slot()
         free = layout.free
         region = layout.stored_host.copy()

@@ -143,7 +143,7 @@ class MemoryAllocator(RegionAllocator):
                 prediction[v], new_sigma[v], p_lower[v] = (
                     regions.predictions[k], regions.sigmas[k], regions.p_lowers[k])
 
-        region_of_owner = regions.append(X[owner], radius, new_sigma, prediction, p_lower)
+        region_of_owner = regions.append(X, radius, new_sigma, prediction, p_lower, rows=owner)
         slot = np.full(n_inputs, -1, dtype=np.int64)
         slot[owner] = np.arange(len(owner))
         slot = slot[representative]

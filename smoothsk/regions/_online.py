@@ -182,28 +182,29 @@ class OnlineBallAllocator(RegionAllocator):
         # Regions of the owners that opened one, in input order.
         opened = host < 0
         region_of_owner = np.full(len(owner), -1, dtype=np.int64)
+        opener = owner[opened]
         region_of_owner[opened] = regions.append(
-            X[owner[opened]], ball[opened], layout.sigma_first[owner[opened]],
-            first.prediction[owner[opened]], first.p_lower[owner[opened]])
+            X, ball[opened], layout.sigma_first[opener], first.prediction[opener], first.p_lower[opener],
+            rows=opener)
 
-        # Every input's region and room in it: owners that joined a ball take
-        # the host's; duplicates take their representative's.
+
+        # Every input's region and its room in it (Eq. 6's distance to the
+        # boundary; an opener's room is its ball): members keep their stored
+        # region, owners that joined a ball take the host's, duplicates their
+        # representative's.
         slot = layout.owner_slot()
+        free = layout.free
         region = layout.stored_host.copy()
         room = room_inside(layout.stored_distance, take(regions.radii, region, 0.0))
         host_slot = np.where(opened, np.arange(len(owner)), host)
-        joined_room = np.where(opened, ball, room_inside(host_distance, ball[np.maximum(host, 0)]))
-        free = layout.free
+        owner_room = np.where(opened, ball, room_inside(host_distance, ball[np.maximum(host, 0)]))
         region[free] = region_of_owner[host_slot[slot[free]]]
-        room[free] = joined_room[slot[free]]
-        # Owners that opened a region keep their capped ball as radius.
-        is_opener = np.zeros(len(X), dtype=bool)
-        is_opener[owner[opened]] = True
+        room[free] = owner_room[slot[free]]
 
-        # Second pass (batched): inputs in a ball opened in this call whose
-        # first pass used another sigma.
+        # Second pass, batched: inputs whose region's sigma differs from the
+        # sigma of their first pass (openers and members never do).
         sigma_needed = regions.sigmas[region]
-        again = np.flatnonzero(~is_opener & (sigma_needed != layout.sigma_first))
+        again = np.flatnonzero(sigma_needed != layout.sigma_first)
         second = certify_rows(certify_fn, again, sigma_needed[again], (2, layout.call), share[again])
         prediction, p_lower = first.prediction.copy(), first.p_lower.copy()
         n_samples = first.n_samples.copy()
@@ -212,7 +213,5 @@ class OnlineBallAllocator(RegionAllocator):
         n_samples[again] += second.n_samples
         certified = radius_first.copy()
         certified[again] = certificate_radius(second, sigma_needed[again])
-
-        radius = np.where(is_opener, np.nan, np.minimum(certified, room))  # Eq. 6
-        radius[owner[opened]] = ball[opened]
+        radius = np.minimum(certified, room)  # Eq. 6 (for an opener: its ball, already <= R)
         return Certificates(prediction, radius, sigma_needed, p_lower, n_samples, region=region)

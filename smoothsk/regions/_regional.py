@@ -163,7 +163,7 @@ class CallGeometry:
         subset = self.inputs.take(rows)
         ia, ib, _ = ball_pairs(subset, np.zeros(len(rows)), subset, np.zeros(len(rows)), strict=False)
         first = np.arange(len(rows))
-        np.minimum.at(first, ia, ib)
+        np.minimum.at(first, ib, ia)  # pairs come once, earlier row first
         return rows[first]
 
 

@@ -62,21 +62,34 @@ class RegionStore:
     def __len__(self):
         return len(self.radii)
 
-    def append(self, centres, radii, sigmas, predictions, p_lowers):
+    def append(self, centres, radii, sigmas, predictions, p_lowers, rows=None):
         """Add regions; returns the indices they were stored at.
 
         Parameters
         ----------
         centres : array-like of float, shape (n_new, n_features)
+            Centres of the new regions, or with ``rows`` an array they are
+            rows of.
         radii, sigmas, p_lowers : array-like of float, shape (n_new,)
         predictions : array-like of int, shape (n_new,)
+        rows : ndarray of int, shape (n_new,), optional
+            Rows of ``centres`` to add (gathered straight into the store,
+            without an intermediate copy).
 
         Returns
         -------
         index : ndarray of int, shape (n_new,)
         """
         start = len(self)
-        self.centres = np.concatenate([self.centres, np.asarray(centres, dtype=np.float32)])
+        centres = np.asarray(centres)
+        n_new = len(radii) if rows is None else len(rows)
+        grown = np.empty((start + n_new, self.centres.shape[1]), dtype=np.float32)
+        grown[:start] = self.centres
+        if rows is None:
+            grown[start:] = centres
+        else:
+            np.take(centres, rows, axis=0, out=grown[start:])
+        self.centres = grown
         self.radii = np.concatenate([self.radii, np.asarray(radii, dtype=np.float64)])
         self.sigmas = np.concatenate([self.sigmas, np.asarray(sigmas, dtype=np.float64)])
         self.predictions = np.concatenate([self.predictions, np.asarray(predictions, dtype=np.int64)])
