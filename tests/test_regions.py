@@ -420,6 +420,7 @@ class FirstCoordinateSigma(BaseSigmaSearch):
 def linear_estimator(allocator, dim, alpha, n=2000):
     rng = np.random.default_rng(9)
     w = rng.standard_normal(dim)
+    w[0] = 0  # the first coordinate picks sigma (FirstCoordinateSigma) independently of z
     w /= np.linalg.norm(w)
     clf = SampleWiseSmoothedClassifier(
         LinearLogits(w, 0.1), max_epochs=0, sigma_search=FirstCoordinateSigma(0.4, 0.8),
@@ -462,7 +463,8 @@ def test_soundness_linear_model_crowded(allocator):
     _, alone = linear_estimator(NoRegions(), dim, alpha=1e-4)[0].certify(X)
     assert np.mean(radius < alone - 0.2) > 0.2  # regions shrank many certificates
     if isinstance(allocator, OnlineBallAllocator):
-        assert len(clf.regions_) < 150  # most inputs joined a ball
+        assert len(clf.regions_) < 200  # many inputs joined a ball
+        assert np.any(details.n_samples == 2 * 2050)  # some were re-certified at their ball's sigma
 
 
 @pytest.mark.parametrize("allocator", ALLOCATORS[1:], ids=lambda a: repr(a))
