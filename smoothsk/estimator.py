@@ -626,8 +626,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         searched = components["sigma_search"].search(engine, X_rows)
         sampler = components["sampler"]
 
-        def certify_fn(subset, sigma, stage):
-            return sampler.certify(engine.restricted(subset), X_rows[subset], sigma, self.alpha, stage)
+        def certify_fn(subset, sigma, stage, alpha_share=1.0):
+            return sampler.certify(engine.restricted(subset), X_rows[subset], sigma,
+                                   self.alpha * alpha_share, stage)
 
         certificates = components["allocator"].allocate(
             self.regions_, X[rows].reshape(len(rows), -1), searched.sigma, certify_fn)

@@ -29,9 +29,13 @@ class BaseAllocator(Component):
         sigma : ndarray of float, shape (n_inputs,)
             Noise levels chosen by the sigma search.
         certify_fn : callable
-            ``certify_fn(rows, sigma_rows, stage) -> SamplingResult`` certifies
-            inputs ``X[rows]`` at ``sigma_rows``; a new ``stage`` tuple gives
-            samples independent of earlier calls.
+            ``certify_fn(rows, sigma_rows, stage, alpha_share=1.0) ->
+            SamplingResult`` certifies inputs ``X[rows]`` at ``sigma_rows``
+            with failure probability ``alpha_share * alpha``; a new ``stage``
+            tuple gives samples independent of earlier calls. An allocator
+            that may report either of two certificates of one input, and
+            chooses between them with that input's own samples, splits
+            ``alpha`` between them.
 
         Returns
         -------

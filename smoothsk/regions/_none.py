@@ -8,16 +8,21 @@ from ._base import BaseAllocator, certificates_from_sampling
 class NoRegions(BaseAllocator):
     """Certify each input independently at the sigma its search chose.
 
-    Guarantee
-    ---------
-    For input ``x`` with chosen noise level ``sigma(x)``, with probability at
-    least ``1 - alpha`` the *fixed-sigma* smoothed classifier
-    ``g(., sigma(x))`` predicts the returned class everywhere in the L2 ball
-    of the returned radius around ``x``. This is Insta-RS's asymmetric
-    guarantee: it does not say that the sample-wise classifier
-    ``x' -> g(x', sigma(x'))`` is constant on that ball, because a point
-    ``x'`` in the ball may be given a different sigma. Use a region
-    allocator when that stronger guarantee is needed.
+    Notes
+    -----
+    Guarantee (stateless, per input). Let ``sigma(x)`` be the noise level
+    the search chose for ``x`` in this ``certify`` call (from the search's
+    own samples, independent of the certification samples). With
+    probability at least ``1 - alpha`` over the certification samples, the
+    fixed-sigma smoothed classifier ``g(., sigma(x))`` predicts the returned
+    class everywhere in the open L2 ball of the returned radius around
+    ``x`` (Cohen et al., Theorem 1). This is Insta-RS's asymmetric
+    guarantee: it says nothing about the sample-wise classifier
+    ``x' -> g(x', sigma(x'))`` on that ball, because a point ``x'`` of the
+    ball may be given another sigma, nor about a later ``predict(x)``,
+    which searches again (with other samples) and may pick another sigma.
+    No regions are stored. Use a region allocator when a guarantee for the
+    classifier that is actually queried is needed.
 
     Examples
     --------

@@ -1,0 +1,136 @@
+"""PFAT's transductive allocation: non-overlapping balls by linear programming (App. C, Eq. 10)."""
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import csr_array
+
+from ..certificates import Certificates
+from ._geometry import ball_pairs, overlap_graph
+from ._regional import (
+    MARGIN, CallLayout, RegionAllocator, certificate_radius, room_inside, room_outside, take,
+)
+
+
+def max_radii_lp(i, j, distance, upper):
+    """Largest sum of radii of disjoint balls (PFAT Eq. 10), by HiGHS.
+
+    maximise ``sum_v r_v`` subject to ``r_i + r_j <= d_ij`` for every edge
+    and ``0 <= r_v <= upper_v``. Only edges with ``d_ij < upper_i + upper_j``
+    can bind, so only those become constraints; nodes without such an edge
+    take their upper bound directly.
+
+    Parameters
+    ----------
+    i, j : ndarray of int, shape (n_edges,)
+        Pairs of balls whose uncapped versions overlap.
+    distance : ndarray of float, shape (n_edges,)
+        Distance between their centres.
+    upper : ndarray of float, shape (n_nodes,)
+        Upper bound of each radius.
+
+    Returns
+    -------
+    radius : ndarray of float64, shape (n_nodes,)
+        Optimal radii; every edge satisfies ``r_i + r_j <= d_ij`` exactly
+        (with the module's relative margin), not only to the solver's
+        tolerance.
+    """
+    radius = np.asarray(upper, dtype=np.float64).copy()
+    binding = distance < radius[i] + radius[j]
+    i, j, distance = i[binding], j[binding], distance[binding]
+    if not len(i):
+        return radius
+    nodes, local = np.unique(np.concatenate([i, j]), return_inverse=True)
+    li, lj = local[:len(i)], local[len(i):]
+    n_edges = len(i)
+    constraints = csr_array((np.ones(2 * n_edges), (np.tile(np.arange(n_edges), 2), local)),
+                            shape=(n_edges, len(nodes)))
+    limit = distance * (1.0 - MARGIN)
+    bounds = np.column_stack([np.zeros(len(nodes)), radius[nodes]])
+    result = linprog(-np.ones(len(nodes)), A_ub=constraints, b_ub=limit, bounds=bounds, method="highs")
+    if result.status != 0:  # r = 0 is feasible and the objective is bounded: a solver failure
+        raise RuntimeError(f"HiGHS did not solve the region LP: {result.message}")
+    solution = np.clip(result.x, 0.0, radius[nodes])
+    # HiGHS meets constraints up to its tolerance (~1e-7); lower each node by
+    # its largest excess over a slightly looser limit, which restores every
+    # constraint exactly (a violated edge loses at least its excess).
+    looser = distance * (1.0 - MARGIN / 2)
+    excess = solution[li] + solution[lj] - looser
+    while np.any(excess > 0):
+        cut = np.zeros(len(nodes))
+        over = excess > 0
+        step = excess[over] + MARGIN / 4 * distance[over]
+        np.maximum.at(cut, li[over], step)
+        np.maximum.at(cut, lj[over], step)
+        solution = np.maximum(solution - cut, 0.0)
+        excess = solution[li] + solution[lj] - looser
+    radius[nodes] = solution
+    return radius
+
+
+class TransductiveLPAllocator(RegionAllocator):
+    """Balls for a whole test set at once, by linear programming (PFAT App. C).
+
+    The inputs of one ``certify`` call are the known test set. Inputs in a
+    stored region are certified at its sigma with radius
+    ``min(R(x, sigma_k), d(x, boundary of B_k))`` (PFAT Eq. 6). Every other
+    input ``x_v`` is certified at its searched sigma, giving the uncapped
+    radius ``R_v``; it gets its own region ``B(x_v, r_v)``, where the radii
+    maximise ``sum_v r_v`` subject to ``r_u + r_v <= ||x_u - x_v||`` for every
+    pair whose uncapped balls overlap, ``0 <= r_v <= R_v``, and ``r_v`` at most
+    the distance to every stored region (Eq. 10 with the stored regions
+    fixed). The sparse program is solved by HiGHS
+    (``scipy.optimize.linprog``), with one constraint per edge of the
+    overlap graph.
+
+    The classifier is the stateful region classifier of
+    :class:`OnlineBallAllocator` (regions are disjoint, never change, and
+    persist across calls). Unlike the online allocator, no input joins a
+    ball opened in the same call: each input is the centre of its own ball,
+    so an input deep inside another's uncapped ball may get a radius near 0
+    where the online allocator would let it share that ball.
+
+    Notes
+    -----
+    Guarantee (stateful region classifier). For every input, with
+    probability at least ``1 - alpha`` over the certification samples, the
+    returned class ``c`` and radius ``r`` satisfy ``g(x', sigma_k) = c`` for
+    all ``||x' - x|| < r``, where ``B_k`` (``details.region``) contains
+    ``B(x, r)``; hence the region classifier is ``c`` on that ball now and
+    after any later allocation. Each input is sampled once (stage
+    ``(1, t)``, ``t`` counting calls on the store) at a sigma fixed before
+    sampling, and its radius never exceeds its own Monte Carlo radius: the
+    program uses every input's samples to size the regions, but shrinking a
+    certified ball keeps it certified, so no ``alpha`` is split.
+
+    Examples
+    --------
+    >>> TransductiveLPAllocator()
+    TransductiveLPAllocator()
+    """
+
+    def _allocate(self, regions, X, sigma, certify_fn):
+        layout = CallLayout(regions, X, sigma, self._next_call(regions))
+        owner = layout.owner
+        first = layout.certify_first(certify_fn, np.ones(len(X)))
+        radius_first = certificate_radius(first, layout.sigma_first)
+
+        owners = layout.geometry.inputs.take(owner)
+        uncapped = radius_first[owner]
+        upper = uncapped.copy()
+        ia, ib, distance = ball_pairs(owners, uncapped, layout.geometry.centres, regions.radii, strict=True)
+        np.minimum.at(upper, ia, room_outside(distance, regions.radii[ib]))
+        i, j, distance = overlap_graph(owners, uncapped)
+        ball = max_radii_lp(i, j, distance, upper)  # Eq. 10
+
+        region_of_owner = regions.append(X, ball, layout.sigma_first[owner], first.prediction[owner],
+                                         first.p_lower[owner], rows=owner)
+        slot = layout.owner_slot()
+        free = layout.free
+        region = layout.stored_host.copy()
+        region[free] = region_of_owner[slot[free]]
+        room = room_inside(layout.stored_distance, take(regions.radii, layout.stored_host, 0.0))
+        room[free] = ball[slot[free]]  # duplicates sit at their owner's centre
+        radius = np.minimum(radius_first, room)
+        return Certificates(first.prediction, radius, layout.sigma_first, first.p_lower,
+                            first.n_samples, region=region)
