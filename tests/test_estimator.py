@@ -350,7 +350,7 @@ class TestUsedByFlows:
 
     def test_reset_regions(self, make_linear_classifier):
         clf = make_linear_classifier((1.0,))
-        clf.regions_.append(np.zeros((1, 1)), [1.0], [0.5], [1])
+        clf.regions_.append(np.zeros((1, 1)), [1.0], [0.5], [1], [0.9])
         assert len(clf.reset_regions().regions_) == 0
 
     def test_column_vector_y_warns(self, make_linear_classifier):
@@ -411,7 +411,7 @@ class TestValidation:
     @pytest.fixture
     def clf(self, make_linear_classifier):
         clf = make_linear_classifier(np.linspace(-1, 1, 16), 0.1, n=50, n0=10, input_shape=SHAPE)
-        clf.regions_.append(np.ones((1, 16)), [0.5], [0.5], [1])  # some fitted state to keep
+        clf.regions_.append(np.ones((1, 16)), [0.5], [0.5], [1], [0.9])  # some fitted state to keep
         return clf
 
     @pytest.mark.parametrize("method", ["certify", "predict", "predict_proba"])

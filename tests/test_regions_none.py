@@ -42,8 +42,8 @@ class TestRegionStore:
     def test_append_returns_indices_and_keeps_dtypes(self):
         store = RegionStore.empty(3)
         assert len(store) == 0 and store.centres.shape == (0, 3)
-        first = store.append(np.ones((2, 3)), [0.5, 1.0], [0.25, 0.25], [1, 2])
-        second = store.append(np.zeros((1, 3)), [2.0], [0.5], [0])
+        first = store.append(np.ones((2, 3)), [0.5, 1.0], [0.25, 0.25], [1, 2], [0.9, 0.99])
+        second = store.append(np.zeros((1, 3)), [2.0], [0.5], [0], [0.999])
         assert first.tolist() == [0, 1] and second.tolist() == [2] and len(store) == 3
         assert store.centres.dtype == np.float32 and store.predictions.dtype == np.int64
         assert store.radii.tolist() == [0.5, 1.0, 2.0]
