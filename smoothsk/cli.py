@@ -44,7 +44,8 @@ def demo_methods(epochs, search_n):
         "Cohen sigma=0.5": {"training": FixedSigmaTraining(0.5)},
         "PFAT (pretrain-finetune, grid search)": {
             "training": PretrainFinetune(0.12, 0.5, pretrain_epochs=half, finetune_epochs=epochs - half,
-                                         finetune_lr=0.005, assignment=GridSigmaSearch(0.12, 0.5, 0.05, n=search_n)),
+                                         finetune_lr=0.005,
+                                         assignment=GridSigmaSearch(0.12, 0.5, 0.05, n=max(50, search_n // 2))),
             "sigma_search": GridSigmaSearch(0.12, 0.5, 0.05, n=search_n)},
         "Insta-RS (Insta-RS Train, multi-start FGSS)": {
             "training": InstaRSTrain(sigma0=0.25, max_level=16, update_every=max(1, half // 15),
