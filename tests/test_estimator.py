@@ -15,7 +15,6 @@ from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk.metrics import acr_scorer, average_certified_radius, certification_scorers
 from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import FixedSigma
 from smoothsk.training import FixedSigmaTraining, GaussianNoise
 
 #: Error probability of each statistical check below (a binomial or chi-square quantile).

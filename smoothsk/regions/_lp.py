@@ -5,10 +5,7 @@ from scipy.optimize import linprog
 from scipy.sparse import csr_array
 
 from ..certificates import Certificates
-from ._geometry import ball_pairs, overlap_graph
-from ._regional import (
-    MARGIN, CallLayout, RegionAllocator, certificate_radius, room_inside, room_outside, take,
-)
+from ._regional import MARGIN, CallLayout, RegionAllocator, certificate_radius, room_inside, take
 
 
 def max_radii_lp(i, j, distance, upper):
@@ -115,12 +112,7 @@ class TransductiveLPAllocator(RegionAllocator):
         first = layout.certify_first(certify_fn, np.ones(len(X)))
         radius_first = certificate_radius(first, layout.sigma_first)
 
-        owners = layout.geometry.inputs.take(owner)
-        uncapped = radius_first[owner]
-        upper = uncapped.copy()
-        ia, ib, distance = ball_pairs(owners, uncapped, layout.geometry.centres, regions.radii, strict=True)
-        np.minimum.at(upper, ia, room_outside(distance, regions.radii[ib]))
-        i, j, distance = overlap_graph(owners, uncapped)
+        upper, i, j, distance = layout.owner_balls(regions, radius_first)
         ball = max_radii_lp(i, j, distance, upper)  # Eq. 10
 
         region_of_owner = regions.append(X, ball, layout.sigma_first[owner], first.prediction[owner],

@@ -4,7 +4,7 @@ import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
 from ..certificates import Certificates
-from ._geometry import adjacency, ball_pairs, overlap_graph
+from ._geometry import adjacency
 from ._regional import (
     CallLayout, RegionAllocator, certificate_radius, certify_rows, room_inside, room_outside, take,
 )
@@ -169,13 +169,8 @@ class OnlineBallAllocator(RegionAllocator):
         first = layout.certify_first(certify_fn, share)
         radius_first = certificate_radius(first, layout.sigma_first)
 
-        # Uncapped balls of the inputs that may open regions, capped by stored regions (Eq. 8).
-        owners = layout.geometry.inputs.take(owner)
-        uncapped = radius_first[owner]
-        upper = uncapped.copy()
-        ia, ib, distance = ball_pairs(owners, uncapped, layout.geometry.centres, regions.radii, strict=True)
-        np.minimum.at(upper, ia, room_outside(distance, regions.radii[ib]))
-        i, j, distance = overlap_graph(owners, uncapped)
+        # Balls of the inputs that may open regions, capped by stored regions (Eq. 8).
+        upper, i, j, distance = layout.owner_balls(regions, radius_first)
         order = allocation_order(len(owner), i, j, self.order)
         ball, host, host_distance = allocate_in_order(adjacency(len(owner), i, j, distance), upper, order)
 

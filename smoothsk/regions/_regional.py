@@ -14,7 +14,7 @@ from ..certificates import ABSTAIN
 from ..sampling._base import SamplingResult
 from ..statistics import certified_radius
 from ._base import BaseAllocator
-from ._geometry import PointSet, Projection, ball_pairs
+from ._geometry import PointSet, Projection, ball_pairs, overlap_graph
 
 #: Relative margin kept between regions (guards against rounding).
 MARGIN = 1e-9
@@ -245,6 +245,32 @@ class CallLayout:
         """
         rows = np.arange(len(self.representative))
         return certify_rows(certify_fn, rows, self.sigma_first, (1, self.call), share)
+
+    def owner_balls(self, regions, radius_first):
+        """The owners' uncapped balls, their caps by stored regions (Eq. 8), and their overlap graph.
+
+        Parameters
+        ----------
+        regions : RegionStore
+        radius_first : ndarray of float, shape (n_inputs,)
+            Monte Carlo radius of each input's first pass.
+
+        Returns
+        -------
+        upper : ndarray of float, shape (n_owners,)
+            Largest radius each owner's ball may have: its uncapped radius,
+            capped by the distance to every stored region.
+        i, j : ndarray of int, shape (n_edges,)
+            Pairs of owners whose uncapped balls overlap.
+        distance : ndarray of float, shape (n_edges,)
+            Their centres' distance.
+        """
+        owners = self.geometry.inputs.take(self.owner)
+        uncapped = radius_first[self.owner]
+        upper = uncapped.copy()
+        ia, ib, distance = ball_pairs(owners, uncapped, self.geometry.centres, regions.radii, strict=True)
+        np.minimum.at(upper, ia, room_outside(distance, regions.radii[ib]))
+        return (upper,) + tuple(overlap_graph(owners, uncapped))
 
 
 def take(values, index, fill):
