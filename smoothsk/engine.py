@@ -8,14 +8,16 @@ the next) and reduces the model's outputs to class counts or mean softmax.
 Reproducibility does not depend on how the work is split. The noise of copy
 ``j`` of an input is row ``j % NOISE_BLOCK`` of noise block ``j // NOISE_BLOCK``
 of a stream that depends only on the root seed, the sampling stage and the
-input's position in the caller's full input array. On the CPU a block is
-drawn by a Philox generator whose 128-bit key is (stage key, position) and
-whose counter starts at the block index in its highest word, so no two
-(stage, input, block) triples share a stream; on other devices by the
-device's generator seeded with a 64-bit hash of the triple. The counts of an
-input are therefore the same whatever the batch size, the other inputs in a
-batch, ``n_jobs`` (workers take contiguous runs of batches and their counts
-are summed) or the subset of rows being sampled (:meth:`MonteCarloEngine.restricted`).
+input's 64-bit identifier: by default its position in the caller's input
+array, or any identifier the caller supplies (:meth:`MonteCarloEngine.keyed_by`;
+the estimator uses a hash of the input's values). On the CPU a block is drawn
+by a Philox generator whose 128-bit key is (stage key, identifier) and whose
+counter starts at the block index in its highest word, so no two (stage,
+input, block) triples share a stream; on other devices by the device's
+generator seeded with a 64-bit hash of the triple. The counts of an input are
+therefore the same whatever the batch size, the other inputs in a batch,
+``n_jobs`` (workers take contiguous runs of batches and their counts are
+summed) or the subset of rows being sampled (:meth:`MonteCarloEngine.restricted`).
 """
 
 import copy
@@ -84,15 +86,15 @@ class _NoiseSource:
             self.generator = torch.Generator(device=device)
             self.scratch = torch.empty((NOISE_BLOCK,) + self.input_shape, dtype=dtype, device=device)
 
-    def fill(self, out, position, begin, end):
-        """Write the noise of copies ``begin .. end - 1`` of input ``position`` into ``out``.
+    def fill(self, out, input_id, begin, end):
+        """Write the noise of copies ``begin .. end - 1`` of input ``input_id`` into ``out``.
 
         Parameters
         ----------
         out : torch.Tensor, shape (end - begin, *input_shape)
             Contiguous destination.
-        position : int
-            Position of the input in the caller's full input array.
+        input_id : int
+            The input's identifier (its position in the caller's input array by default).
         begin, end : int
             Copy indices of the input.
         """
@@ -100,14 +102,14 @@ class _NoiseSource:
         for block in range(begin // NOISE_BLOCK, (end - 1) // NOISE_BLOCK + 1):
             block_begin = max(begin, block * NOISE_BLOCK)
             block_end = min(end, (block + 1) * NOISE_BLOCK)
-            self._draw(out[written:written + block_end - block_begin], position, block,
+            self._draw(out[written:written + block_end - block_begin], input_id, block,
                        block_begin - block * NOISE_BLOCK)
             written += block_end - block_begin
 
-    def _draw(self, out, position, block, skip):
+    def _draw(self, out, input_id, block, skip):
         """Rows ``skip .. skip + len(out) - 1`` of one noise block into ``out``."""
         if self.on_cpu:
-            bits = np.random.Philox(key=self.key | (int(position) << 64), counter=[0, 0, 0, block])
+            bits = np.random.Philox(key=self.key | (int(input_id) << 64), counter=[0, 0, 0, block])
             generator = np.random.Generator(bits)
             if skip == 0 and self.direct:
                 # numpy draws normals one after another, so the first rows of a
@@ -119,7 +121,7 @@ class _NoiseSource:
         else:
             # A device generator's first k values depend on how many are drawn:
             # always draw the whole block.
-            seed = _splitmix64(_splitmix64(self.key ^ int(position)) ^ block)
+            seed = _splitmix64(_splitmix64(self.key ^ int(input_id)) ^ block)
             self.scratch.normal_(generator=self.generator.manual_seed(seed))
             out.copy_(self.scratch[skip:skip + len(out)])
 
@@ -163,15 +165,16 @@ class MonteCarloEngine:
         self.n_jobs = n_jobs
         self.root_seed = int(root_seed)
         self.progress = progress
-        self.positions = None
+        self.input_ids = None
 
     def restricted(self, rows):
         """An engine for the subset ``rows`` of the current inputs.
 
         Components sample subsets (a search's undecided inputs, an allocator's
-        inputs to resample) by row; the restricted engine keys each row's noise
-        by its position in the full input array, so an input gets the same
-        noise whichever subset or chunk it is sampled in.
+        inputs to resample) by row; the restricted engine keeps each row's
+        noise identifier (its position in the full input array unless
+        :meth:`keyed_by` set another), so an input gets the same noise
+        whichever subset it is sampled in.
 
         Parameters
         ----------
@@ -184,8 +187,25 @@ class MonteCarloEngine:
         """
         restricted = copy.copy(self)
         rows = np.asarray(rows, dtype=np.int64)
-        restricted.positions = rows if self.positions is None else self.positions[rows]
+        restricted.input_ids = rows.astype(np.uint64) if self.input_ids is None else self.input_ids[rows]
         return restricted
+
+    def keyed_by(self, input_ids):
+        """An engine that keys each input's noise by a given identifier.
+
+        Parameters
+        ----------
+        input_ids : array-like of uint64, shape (n_inputs,)
+            Identifier of each current input (e.g. a hash of its values, so
+            that an input's noise does not depend on where it stands in X).
+
+        Returns
+        -------
+        MonteCarloEngine
+        """
+        keyed = copy.copy(self)
+        keyed.input_ids = np.asarray(input_ids, dtype=np.uint64)
+        return keyed
 
     def class_counts(self, X, sigma, n_samples, stage):
         """Count the module's predicted classes over noisy copies of each input.
@@ -249,9 +269,8 @@ class MonteCarloEngine:
         shape = tuple(X.shape[1:])
         source = _NoiseSource(stage_key(self.root_seed, stage), shape, X.dtype, self.device)
         noise = torch.empty((len(X), n_copies) + shape, dtype=X.dtype, device=self.device)
-        positions = np.arange(len(X)) if self.positions is None else self.positions[:len(X)]
-        for row, position in enumerate(positions.tolist()):
-            source.fill(noise[row], position, 0, n_copies)
+        for row, input_id in enumerate(self._ids(len(X)).tolist()):
+            source.fill(noise[row], input_id, 0, n_copies)
         return noise
 
     def _run(self, X, sigma, n_samples, stage, soft):
@@ -268,8 +287,7 @@ class MonteCarloEngine:
         batch_starts = np.arange(0, total, self.batch_size)
         X = torch.as_tensor(X).to(self.device, non_blocking=True)
         sigma_t = torch.as_tensor(sigma, dtype=X.dtype, device=self.device)
-        positions = np.arange(n_inputs) if self.positions is None else self.positions[:n_inputs]
-        plan = (X, sigma_t, starts, ends, positions, stage_key(self.root_seed, stage), total, soft)
+        plan = (X, sigma_t, starts, ends, self._ids(n_inputs), stage_key(self.root_seed, stage), total, soft)
         runs = np.array_split(batch_starts, self._n_workers(len(batch_starts)))
         if len(runs) == 1:
             parts = [self._run_batches(plan, runs[0])]
@@ -279,6 +297,10 @@ class MonteCarloEngine:
         for first, partial in parts:
             result[first:first + len(partial)] += partial
         return result
+
+    def _ids(self, n_inputs):
+        """Noise identifiers of the current inputs (positions unless keyed otherwise)."""
+        return np.arange(n_inputs, dtype=np.uint64) if self.input_ids is None else self.input_ids[:n_inputs]
 
     def _n_workers(self, n_batches):
         if self.n_jobs in (None, 1):
@@ -292,7 +314,7 @@ class MonteCarloEngine:
         Returns the index of the first input touched and an array of shape
         (n_touched, n_classes) for the inputs ``first .. first + n_touched - 1``.
         """
-        X, sigma, starts, ends, positions, key, total, soft = plan
+        X, sigma, starts, ends, input_ids, key, total, soft = plan
         first = int(np.searchsorted(ends, batch_starts[0], side="right"))
         last_sample = min(int(batch_starts[-1]) + self.batch_size, total)
         last = int(np.searchsorted(ends, last_sample - 1, side="right"))
@@ -311,9 +333,9 @@ class MonteCarloEngine:
             copy_end = np.minimum(ends[lo:hi], batch_end) - starts[lo:hi]
             batch_noise = noise[:batch_end - batch_start]
             filled = 0
-            for position, begin, end in zip(positions[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist()):
+            for input_id, begin, end in zip(input_ids[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist()):
                 if end > begin:
-                    source.fill(batch_noise[filled:filled + end - begin], position, begin, end)
+                    source.fill(batch_noise[filled:filled + end - begin], input_id, begin, end)
                     filled += end - begin
             owner = torch.repeat_interleave(
                 torch.arange(lo, hi, device=self.device),

@@ -45,6 +45,23 @@ _PREDICT_STAGE = (7,)
 _COMPONENTS = ("training", "sigma_search", "sampler", "allocator")
 
 
+def _input_ids(X):
+    """64-bit identifier of each input: a BLAKE2b hash of its float32 values.
+
+    Parameters
+    ----------
+    X : ndarray of float32, shape (n_inputs, *input_shape)
+
+    Returns
+    -------
+    ids : ndarray of uint64, shape (n_inputs,)
+        Equal for equal inputs; distinct inputs collide with probability 2**-64.
+    """
+    rows = np.ascontiguousarray(X).reshape(len(X), -1)
+    return np.array([int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "little")
+                     for row in rows], dtype=np.uint64)
+
+
 class _IndexedTensorDataset(Dataset):
     """Training tensors whose items are ``(x, y, position)`` (``y`` may be None)."""
 
@@ -499,10 +516,18 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
 
     # --------------------------------------------------------------- inference
 
-    def _engine(self, root_seed, progress=None):
+    def _engine(self, X, root_seed, progress=None):
+        """The Monte Carlo engine for inputs X, their noise keyed by their values.
+
+        Keying each input's noise streams by a hash of its values (not by its
+        row) makes its certificate independent of the other inputs and of its
+        place in X: certifying X, a subset, a permutation or a chunk of it
+        gives each input the same noise.
+        """
         self.module_.eval()
-        return MonteCarloEngine(self.module_, len(self.classes_), self.certify_batch_size,
-                                self.device, self.n_jobs, root_seed=root_seed, progress=progress)
+        engine = MonteCarloEngine(self.module_, len(self.classes_), self.certify_batch_size,
+                                  self.device, self.n_jobs, root_seed=root_seed, progress=progress)
+        return engine.keyed_by(_input_ids(X))
 
     def _smoothing_sigma(self, X, components, engine):
         """Searched sigma, then the allocator's (region) sigma: what ``predict`` smooths with."""
@@ -513,7 +538,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         self.check_is_fitted()
         components = self._validate_smoothing_params()
         X = self._check_X(X, reset=False)
-        engine = self._engine(self._seed(3))
+        engine = self._engine(X, self._seed(3))
         sigma = self._smoothing_sigma(X, components, engine)
         n = components["sampler"].prediction_sample_size
         return engine.class_counts(torch.from_numpy(X), sigma, n, _PREDICT_STAGE), n
@@ -620,8 +645,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         return prediction, certificates.radius
 
     def _certify_rows(self, X, rows, components, root_seed, progress):
-        """Certify ``X[rows]``, keying noise by row so chunks match a one-shot run."""
-        engine = self._engine(root_seed, progress).restricted(rows)
+        """Certify ``X[rows]`` (a chunk gets the noise it would get in a one-shot run)."""
+        engine = self._engine(X[rows], root_seed, progress)
         X_rows = torch.from_numpy(X[rows])
         searched = components["sigma_search"].search(engine, X_rows)
         sampler = components["sampler"]

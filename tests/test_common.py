@@ -13,10 +13,6 @@ EXPECTED_FAILED_CHECKS = {
         "the label -1 is ABSTAIN, so y containing -1 is refused with a ValueError.",
     "check_classifiers_train":
         "predict abstains (-1) where PREDICT's binomial test fails, so it differs from argmax(predict_proba).",
-    "check_methods_sample_order_invariance":
-        "Monte Carlo noise is keyed by each input's position in X: reordering X redraws it.",
-    "check_methods_subset_invariance":
-        "Monte Carlo noise is keyed by each input's position in X: a subset redraws it.",
 }
 
 

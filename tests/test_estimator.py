@@ -322,6 +322,18 @@ class TestUsedByFlows:
             np.testing.assert_array_equal(after, before)
         np.testing.assert_array_equal(resumed[2].p_lower, expected[2].p_lower)
 
+    def test_certificate_does_not_depend_on_the_other_inputs_or_their_order(self, make_linear_classifier):
+        # Noise is keyed by each input's values: a subset, a permutation or a
+        # duplicate gets exactly the certificate the input gets in the full call.
+        clf = make_linear_classifier((1.0, -1.0), 0.05, n=300, n0=20, random_state=3)
+        X = np.random.default_rng(0).normal(size=(12, 2)).astype(np.float32)
+        _, radius, details = clf.certify(X, return_details=True)
+        order = np.random.default_rng(1).permutation(12)
+        np.testing.assert_array_equal(clf.certify(X[order])[1], radius[order])
+        np.testing.assert_array_equal(clf.certify(X[[5]])[1], radius[[5]])
+        _, twice, again = clf.certify(X[[4, 4]], return_details=True)
+        assert twice[0] == twice[1] == radius[4] and again.p_lower[0] == details.p_lower[4]
+
     def test_checkpoint_of_other_weights_is_not_resumed(self, make_linear_classifier, tmp_path):
         clf = make_linear_classifier((1.0, -2.0), 0.1, n=100, n0=10, sampler=InterruptingSampler(n=100, n0=10))
         X = np.random.default_rng(0).normal(size=(25, 2)).astype(np.float32)

@@ -461,7 +461,7 @@ def test_soundness_linear_model_crowded(allocator):
         return
     assert_disjoint(clf.regions_)
     _, alone = linear_estimator(NoRegions(), dim, alpha=1e-4)[0].certify(X)
-    assert np.mean(radius < alone - 0.2) > 0.2  # regions shrank many certificates
+    assert np.mean(radius < alone) > 0.5  # regions shrank most certificates (0.62-0.93 seen)
     if isinstance(allocator, OnlineBallAllocator):
         assert len(clf.regions_) < 200  # many inputs joined a ball
         assert np.any(details.n_samples == 2 * 2050)  # some were re-certified at their ball's sigma
