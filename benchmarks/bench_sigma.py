@@ -38,6 +38,7 @@ from smoothsk.training import BaseTrainingSchedule, GaussianNoise
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 GRID = "Grid (PFAT defaults: 0.15:0.05:1.0, 18 points)"
 FGSS = "FGSS (sigma0=0.15, T=44: the grid's range)"
+FGSS_CERTIFIED = "FGSS, certified score (sigma0=0.15, T=44)"
 GRADIENT = "Gradient (DDRS, lr=1e-3, n=8)"
 
 class UniformSigmaTraining(BaseTrainingSchedule):
@@ -119,6 +120,8 @@ def main():
         "Grid on FGSS's default range (0.25:0.05:1.0, 16 points)": GridSigmaSearch(0.25, 1.0, 0.05),
         "FGSS (Insta-RS defaults: sigma0=0.25, T=16)": MultiStartFGSS(),
         FGSS: MultiStartFGSS(sigma0=0.15, max_level=44),
+        # The hard-vote certified radius the grid maximises, instead of the paper's soft score.
+        FGSS_CERTIFIED: MultiStartFGSS(sigma0=0.15, max_level=44, score="certified"),
         # DDRS's lr=1e-4, n=1 are tuned to CIFAR/ImageNet; on 64-pixel digits sigma then barely
         # moves from its start, so lr and n were raised (DDRS uses n=8 with MACER, Sec. 4.3).
         GRADIENT: GradientSigmaSearch(sigma_init=0.25, lr=1e-3, n=8, sigma_min=0.12, sigma_max=1.0),
@@ -137,15 +140,17 @@ def main():
                  f"{row['seconds'] / baseline:.2f}"]
         print("| " + " | ".join(cells) + " |")
 
-    grid, fgss = rows[GRID], rows[FGSS]
+    grid = rows[GRID]
     print("\nTargets (wall times measured while the machine was shared):")
-    gap = fgss["acr"] - grid["acr"]
-    print(f"- {FGSS} ACR within 0.01 of {GRID}: {fgss['acr']:.3f} vs {grid['acr']:.3f} "
-          f"({gap:+.3f}) -> {'met' if abs(gap) <= 0.01 else 'NOT met'}")
-    ratio = fgss["steps"] / grid["steps"]
-    print(f"- its steps <= 0.55x the grid's: {fgss['steps']:.2f} / {grid['steps']:.0f} = {ratio:.2f}x "
-          f"-> {'met' if ratio <= 0.55 else 'NOT met'}")
-    for name in (GRID, FGSS, GRADIENT):
+    for name in (FGSS, FGSS_CERTIFIED):
+        fgss = rows[name]
+        gap = fgss["acr"] - grid["acr"]
+        print(f"- {name} ACR within 0.01 of {GRID}: {fgss['acr']:.3f} vs {grid['acr']:.3f} "
+              f"({gap:+.3f}) -> {'met' if abs(gap) <= 0.01 else 'NOT met'}")
+        ratio = fgss["steps"] / grid["steps"]
+        print(f"- its steps <= 0.55x the grid's: {fgss['steps']:.2f} / {grid['steps']:.0f} = {ratio:.2f}x "
+              f"-> {'met' if ratio <= 0.55 else 'NOT met'}")
+    for name in (GRID, FGSS, FGSS_CERTIFIED, GRADIENT):
         verdict = "met" if rows[name]["acr"] > rows[best_fixed]["acr"] else "NOT met"
         print(f"- {name}: ACR {rows[name]['acr']:.3f} > best fixed ({best_fixed}) "
               f"{rows[best_fixed]['acr']:.3f} -> {verdict}")

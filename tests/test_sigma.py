@@ -62,6 +62,7 @@ SEARCHES = [
     GridSigmaSearch(),
     MultiStartFGSS(),
     MultiStartFGSS(per_input=False),
+    MultiStartFGSS(score="certified", n=200),
     GradientSigmaSearch(steps=20, lr=0.05, n=4, sigma_max=2.0),
 ]
 
@@ -207,6 +208,18 @@ LEVELS = np.arange(1, 17)
 
 
 class TestMultiStartFGSS:
+    def test_certified_score_follows_the_grid_on_the_linear_model(self, linear_data):
+        # The certified radius of the linear model peaks at a sigma that grows
+        # with the distance to the boundary: the hard-vote FGSS gives far inputs
+        # larger sigmas, and its choice is within a few levels of the grid's.
+        X, _, distance = linear_data
+        engine = linear_engine()
+        fgss = MultiStartFGSS(sigma0=0.25, max_level=16, score="certified").search(engine, torch.from_numpy(X))
+        near, far = distance < 0.5, distance > 2.0
+        assert np.median(fgss.sigma[far]) > np.median(fgss.sigma[near])
+        grid = GridSigmaSearch(0.25, 1.0, 0.05).search(engine, torch.from_numpy(X))
+        assert fgss.steps.mean() < 16 and np.median(np.abs(fgss.sigma - grid.sigma)[far]) < 0.2
+
     def test_reaches_the_grid_argmax_in_fewer_evaluations(self):
         curves = np.stack([
             bump(LEVELS, 4, 1.0) + bump(LEVELS, 13, 0.8),  # global max at 4, local at 13

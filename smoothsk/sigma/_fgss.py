@@ -5,8 +5,9 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from scipy.special import ndtri
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..statistics import certified_radius, clopper_pearson_lower
 from ._base import SEARCH_STAGE, BaseSigmaSearch, SigmaSearchResult
 
 #: Probabilities enter PhiInv clipped to [_P_CLIP, 1 - _P_CLIP] so that a
@@ -85,6 +86,17 @@ class MultiStartFGSS(BaseSigmaSearch):
         Noisy samples per input and level (the paper's m = 500).
     per_input : bool, default=True
         One level per input (Alg. 1) or one for all inputs (Alg. 3).
+    score : {"soft", "certified"}, default="soft"
+        What a level is scored by: the paper's approximate radius of the soft
+        smoothed classifier, or the Monte Carlo certified radius of the hard
+        votes (``sigma * PhiInv(p_lower)`` of the top class's one-sided
+        Clopper-Pearson bound at level ``alpha``; with labels 0 unless the top
+        class is the label), the score :class:`GridSigmaSearch` maximises.
+        The soft score falls faster with sigma than the certified one, so
+        "soft" tends to pick smaller levels than the certificate that follows
+        would reward.
+    alpha : float, default=0.001
+        Bound level of the "certified" score.
 
     References
     ----------
@@ -104,14 +116,18 @@ class MultiStartFGSS(BaseSigmaSearch):
         "starts": ["array-like", None],
         "n": [Interval(Integral, 1, None, closed="left")],
         "per_input": ["boolean"],
+        "score": [StrOptions({"soft", "certified"})],
+        "alpha": [Interval(Real, 0, 1, closed="neither")],
     }
 
-    def __init__(self, sigma0=0.25, max_level=16, starts=None, n=500, per_input=True):
+    def __init__(self, sigma0=0.25, max_level=16, starts=None, n=500, per_input=True, score="soft", alpha=0.001):
         self.sigma0 = sigma0
         self.max_level = max_level
         self.starts = starts
         self.n = n
         self.per_input = per_input
+        self.score = score
+        self.alpha = alpha
 
     def start_pairs(self):
         """The ``(level, step)`` starts in use.
@@ -163,25 +179,30 @@ class MultiStartFGSS(BaseSigmaSearch):
             levels, steps = np.repeat(levels, n_inputs), np.repeat(steps, n_inputs)
         return SigmaSearchResult(self.level_sigma(levels), steps)
 
+    def _radius(self, engine, X, y, level):
+        """Score of every input of ``X`` at ``level``: one packed engine call at stage (0, level)."""
+        sigma = self.level_sigma(level)
+        n_inputs = len(X)
+        if self.score == "soft":
+            probabilities = engine.mean_softmax(
+                X, np.full(n_inputs, sigma), np.full(n_inputs, self.n), (SEARCH_STAGE, level))
+            return approximate_radius(probabilities, sigma, y)
+        counts = engine.class_counts(X, np.full(n_inputs, sigma), np.full(n_inputs, self.n), (SEARCH_STAGE, level))
+        top = counts.argmax(axis=1)
+        radius = certified_radius(sigma, clopper_pearson_lower(counts[np.arange(n_inputs), top], self.n, self.alpha))
+        return radius if y is None else np.where(top == y, radius, 0.0)
+
     def _input_scorer(self, engine, X, y):
-        """``score(units, level)``: each input's approximate radius at ``level``, one engine call."""
+        """``score(units, level)``: each input's score at ``level``, one engine call."""
         def score(units, level):
-            sigma = self.level_sigma(level)
-            n_units = len(units)
-            probabilities = engine.restricted(units).mean_softmax(
-                X[torch.as_tensor(units)], np.full(n_units, sigma), np.full(n_units, self.n), (SEARCH_STAGE, level))
-            return approximate_radius(probabilities, sigma, None if y is None else y[units])
+            return self._radius(engine.restricted(units), X[torch.as_tensor(units)], None if y is None else y[units],
+                                level)
         return score
 
     def _set_scorer(self, engine, X, y):
         """``score([0], level)``: the approximate ACR of the whole set (Eq. 5)."""
-        n_inputs = len(X)
-
         def score(units, level):
-            sigma = self.level_sigma(level)
-            probabilities = engine.mean_softmax(
-                X, np.full(n_inputs, sigma), np.full(n_inputs, self.n), (SEARCH_STAGE, level))
-            return np.array([np.maximum(approximate_radius(probabilities, sigma, y), 0.0).mean()])
+            return np.array([np.maximum(self._radius(engine, X, y, level), 0.0).mean()])
         return score
 
     def _sign_search(self, memo, score):
