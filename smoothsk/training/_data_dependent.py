@@ -70,9 +70,6 @@ class DataDependentTraining(StagedSchedule):
         self.warmup_epochs = warmup_epochs
         self.objective = objective
 
-    def _check_consistency(self):
-        self.objective_.validate()
-
     def _gradient_search(self, steps):
         return GradientSigmaSearch(sigma_init=self.sigma_init, steps=steps, lr=self.lr)
 

@@ -99,10 +99,6 @@ class InstaRSTrain(StagedSchedule):
         self.stage2_objective = stage2_objective
         self.stage2_lr = stage2_lr
 
-    def _check_consistency(self):
-        self._stage_objective(self.stage1_objective).validate()
-        self._stage_objective(self.stage2_objective).validate()
-
     @staticmethod
     def _stage_objective(objective):
         return SmoothAdv(epsilon="adaptive") if objective is None else objective
