@@ -1,7 +1,8 @@
 """Certification throughput: ``certify`` against the raw forward-pass limit and a per-input loop.
 
-Four ways to spend the same noisy samples on the same model (DigitsCNN) and
-inputs (the digits), in one process:
+Four ways to spend the same noisy samples on the same model and inputs (the
+digits), in one process; the model is ``DigitsCNN`` or, with ``--model
+two-layer``, a CNN of two convolutions and a linear read-out:
 
 - ``certify``: ``SampleWiseSmoothedClassifier.certify`` (validation, sigma,
   packed and seeded Monte Carlo engine, Clopper-Pearson bounds);
@@ -13,11 +14,18 @@ inputs (the digits), in one process:
   input, n0 selection then n estimation samples in batches of at most
   ``batch_size`` copies of that input, noise from ``torch.randn_like``.
 
-Targets (CPU): (i) n = 20,000 per input: certify >= 0.95x the forward passes
-on ``normal_`` noise; (ii) n = 200 per input over 500 inputs: certify >= 1.0x
-the per-input loop.
+Targets (CPU, batches of 1,000 copies): (i) n = 20,000 per input: certify >=
+0.95x the forward passes on ``normal_`` noise; (ii) n = 200 per input over 500
+inputs and (iii) n = 10,000 per input over 8 inputs: certify >= 1.0x the
+per-input loop.
 
-Run ``python benchmarks/bench_certify.py`` (``--quick`` for a smoke run).
+Run ``python benchmarks/bench_certify.py [--model two-layer]`` (``--quick`` for a
+smoke run). On Linux, glibc's malloc returns the model's activation buffers to
+the kernel after each forward pass at default settings, and page faults then
+cost every method up to half its time, differently at each batch size (see
+docs/scaling.md); the rows are comparable within one run either way, and
+``MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000`` in the
+environment removes the effect.
 """
 
 import time
@@ -36,6 +44,23 @@ from smoothsk.training import FixedSigmaTraining
 SIGMA = 0.25
 ALPHA = 0.001
 N0 = 100
+
+
+class TwoLayerCNN(torch.nn.Module):
+    """Two convolutions and a linear read-out for the 8x8 digits: (n, 1, 8, 8) -> (n, n_classes) logits."""
+
+    def __init__(self, n_classes=10, width=16):
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Conv2d(1, width, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(width, 2 * width, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Flatten(), torch.nn.Linear(2 * width * 64, n_classes))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+MODELS = {"digits-cnn": DigitsCNN, "two-layer": TwoLayerCNN}
 
 
 def sample_noise(module, x, num, batch_size, n_classes):
@@ -126,7 +151,8 @@ def run_regime(clf, X, n, repeats, clock):
 def main():
     parser = quick_parser(__doc__, "few inputs, one repeat (a smoke run)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--batch-size", type=int, default=None, help="certify_batch_size (default: the estimator's)")
+    parser.add_argument("--batch-size", type=int, default=1000, help="certify_batch_size (default 1000)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="digits-cnn", help="base classifier")
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
                         help="time the process's CPU time (default; steadier on a shared machine) or wall time")
     args = parser.parse_args()
@@ -134,16 +160,18 @@ def main():
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
 
     X, y = load_digits_images()
-    params = {} if args.batch_size is None else {"certify_batch_size": args.batch_size}
-    clf = SampleWiseSmoothedClassifier(DigitsCNN, training=FixedSigmaTraining(SIGMA), sampler=FixedSampler(),
-                                       max_epochs=2, lr=0.05, optimizer__momentum=0.9, random_state=0, **params)
+    clf = SampleWiseSmoothedClassifier(MODELS[args.model], training=FixedSigmaTraining(SIGMA), sampler=FixedSampler(),
+                                       max_epochs=2, lr=0.05, optimizer__momentum=0.9, random_state=0,
+                                       certify_batch_size=args.batch_size)
     clf.fit(X[:1000], y[:1000])
     X_test = X[1000:]
     regimes = [("(i)", 20_000, 2 if args.quick else 4, "forward on normal_", 0.95),
-               ("(ii)", 200, 100 if args.quick else 500, "per-input loop", 1.0)]
+               ("(ii)", 200, 100 if args.quick else 500, "per-input loop", 1.0),
+               ("(iii)", 10_000, 2 if args.quick else 8, "per-input loop", 1.0)]
     repeats = 1 if args.quick else 7
 
-    print(f"torch {torch.__version__}, {args.threads} thread(s), certify_batch_size={clf.certify_batch_size}, "
+    print(f"{args.model}, torch {torch.__version__}, {args.threads} thread(s), "
+          f"certify_batch_size={clf.certify_batch_size}, "
           f"n0={N0}, {args.clock} time, {repeats} interleaved repeat(s)\n")
     table_header(["regime", "inputs", "n per input", "method", "noisy samples", "best seconds", "samples/s",
                   "certify speed-up"])
