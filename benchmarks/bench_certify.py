@@ -24,8 +24,8 @@ smoke run). On Linux, glibc's malloc returns the model's activation buffers to
 the kernel after each forward pass at default settings, and page faults then
 cost every method up to half its time, differently at each batch size (see
 docs/scaling.md); the rows are comparable within one run either way, and
-``MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000`` in the
-environment removes the effect.
+``--keep-freed-memory`` (:func:`smoothsk.allocator.keep_freed_memory`, as the
+``smoothsk`` command runs) removes the effect for every method.
 """
 
 import time
@@ -36,6 +36,7 @@ from _common import quick_parser, table_header, table_row, timed
 from scipy import stats
 
 from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.allocator import keep_freed_memory
 from smoothsk.datasets import load_digits_images
 from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler
@@ -155,7 +156,9 @@ def main():
     parser.add_argument("--model", choices=sorted(MODELS), default="digits-cnn", help="base classifier")
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
                         help="time the process's CPU time (default; steadier on a shared machine) or wall time")
+    parser.add_argument("--keep-freed-memory", action="store_true", help="keep_freed_memory() before anything runs")
     args = parser.parse_args()
+    kept = keep_freed_memory() if args.keep_freed_memory else False
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
 
@@ -171,7 +174,7 @@ def main():
     repeats = 1 if args.quick else 7
 
     print(f"{args.model}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"certify_batch_size={clf.certify_batch_size}, "
+          f"certify_batch_size={clf.certify_batch_size}, keep_freed_memory {kept}, "
           f"n0={N0}, {args.clock} time, {repeats} interleaved repeat(s)\n")
     table_header(["regime", "inputs", "n per input", "method", "noisy samples", "best seconds", "samples/s",
                   "certify speed-up"])

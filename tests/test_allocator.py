@@ -1,0 +1,62 @@
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from smoothsk import cli
+from smoothsk.allocator import keep_freed_memory
+
+glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc policy")
+
+#: Page faults of ten forward-pass-like rounds of 48 MB buffers (above glibc's largest adaptive mmap
+#: threshold, 32 MB on 64-bit systems), after two warm-up rounds, with or without keep_freed_memory.
+PROBE = """
+import resource, sys, torch
+from smoothsk.allocator import keep_freed_memory
+changed = keep_freed_memory() if sys.argv[1] == "keep" else False
+
+def round_():
+    buffer = torch.empty(12 * 1024 * 1024)  # 48 MB of float32
+    buffer.fill_(1.0)  # touch every page
+    del buffer
+
+round_()
+round_()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    round_()
+print(changed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def page_faults(mode, env=None):
+    result = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True,
+                            env=env)
+    changed, faults = result.stdout.split()
+    return changed == "True", int(faults)
+
+
+@glibc_only
+def test_freed_buffers_are_reused_instead_of_faulted_in_again():
+    pages = 48 * 1024 * 1024 // 4096
+    changed, faults = page_faults("default")
+    assert not changed and faults >= 10 * pages  # every round maps and faults its buffer afresh
+    changed, faults = page_faults("keep")
+    assert changed and faults < pages  # the warm-up rounds' memory serves all ten
+
+
+@glibc_only
+def test_a_users_own_malloc_settings_are_kept(monkeypatch):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert keep_freed_memory() is False
+
+
+def test_the_command_keeps_freed_memory_and_main_does_not(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append(True))
+    arguments = ["certify", str(tmp_path / "missing.safetensors"), str(tmp_path / "missing.npz"),
+                 "--out", str(tmp_path / "out.csv")]
+    assert cli.main(arguments) == 2 and calls == []
+    monkeypatch.setattr(sys, "argv", ["smoothsk", *arguments])
+    assert cli.console_script() == 2 and calls == [True]
