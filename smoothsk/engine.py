@@ -6,21 +6,24 @@ across inputs (a batch may hold the last copies of one input and the first of
 the next) and reduces the model's outputs to class counts or mean softmax.
 
 Reproducibility does not depend on how the work is split. The noise of copy
-``j`` of an input is row ``j % NOISE_BLOCK`` of noise block ``j // NOISE_BLOCK``,
-drawn whole by the device's torch generator seeded with a 64-bit hash of
-(stage key, input identifier, block); the stage key depends only on the root
-seed and the sampling stage, and the identifier is by default the input's
-position in the caller's input array, or any identifier the caller supplies
-(:meth:`MonteCarloEngine.keyed_by`; the estimator uses a hash of the input's
-values). The counts of an input are therefore the same whatever the batch
-size, the other inputs in a batch, ``n_jobs`` (workers take contiguous runs of
-batches and their counts are summed) or the subset of rows being sampled
-(:meth:`MonteCarloEngine.restricted`), on one kind of device and one torch
-version: torch's normal draws may differ in the last bits between CPU
-instruction sets and between devices. The CPU and the accelerators draw noise
-the same way; the private switch ``MonteCarloEngine._accelerator_path`` makes
-the CPU also take the rest of the accelerator path (``channels_last``
-batches), so that the CPU test suite runs it.
+``j`` of an input is row ``j % NOISE_BLOCK`` of noise block ``j // NOISE_BLOCK``
+of a stream that depends only on the root seed, the sampling stage and the
+input's 64-bit identifier: by default its position in the caller's input
+array, or any identifier the caller supplies (:meth:`MonteCarloEngine.keyed_by`;
+the estimator uses a hash of the input's values). On the CPU a block is drawn
+by a Philox generator whose 128-bit key is (stage key, identifier) and whose
+counter starts at the block index in its highest word, so no two (stage,
+input, block) triples share a stream; on other devices by the device's
+generator seeded with a 64-bit hash of the triple (the "accelerator path",
+which the private switch ``MonteCarloEngine._accelerator_path`` also takes on
+the CPU, so that the CPU test suite runs it). The CPU does not use its torch
+generator, although it draws about three times faster than numpy's Philox:
+it keeps only the low 32 bits of a seed, so among the ~2**16 blocks of a large
+run two would share their noise, and one input's samples could repeat a block
+(a dependence Clopper-Pearson does not allow). The counts of an input are
+therefore the same whatever the batch size, the other inputs in a batch,
+``n_jobs`` (workers take contiguous runs of batches and their counts are
+summed) or the subset of rows being sampled (:meth:`MonteCarloEngine.restricted`).
 """
 
 import copy
@@ -73,12 +76,6 @@ def stage_key(root_seed, stage):
 class _NoiseSource:
     """Standard normal noise of chosen copies of chosen inputs for one stage.
 
-    Each noise block (``NOISE_BLOCK`` copies of one input) is drawn whole, by a
-    torch generator on ``device`` seeded with a hash of (stage key, input
-    identifier, block): a generator's first k values depend on how many are
-    drawn, so a block is never drawn in part. The last block drawn is kept, so
-    that a block split between two batches is drawn once.
-
     Parameters
     ----------
     key : int
@@ -86,16 +83,21 @@ class _NoiseSource:
     input_shape : tuple of int
     dtype : torch.dtype
     device : torch.device
+    accelerator_path : bool
+        Draw with the device's torch generator even on the CPU.
     """
 
-    def __init__(self, key, input_shape, dtype, device):
+    def __init__(self, key, input_shape, dtype, device, accelerator_path=False):
         self.key = key
-        self.generator = torch.Generator(device=device)
-        self.block_shape = (NOISE_BLOCK,) + tuple(input_shape)
-        self.dtype = dtype
-        self.device = device
-        self.scratch = None
-        self.scratch_block = None
+        self.input_shape = tuple(input_shape)
+        self.on_cpu = device.type == "cpu" and not accelerator_path
+        if self.on_cpu:
+            self.numpy_dtype = np.float64 if dtype == torch.float64 else np.float32
+            self.direct = dtype in (torch.float32, torch.float64)
+        else:
+            self.generator = torch.Generator(device=device)
+            self.scratch = torch.empty((NOISE_BLOCK,) + self.input_shape, dtype=dtype, device=device)
+            self.scratch_block = None
 
     def fill(self, out, input_id, begin, end):
         """Write the noise of copies ``begin .. end - 1`` of input ``input_id`` into ``out``.
@@ -113,22 +115,35 @@ class _NoiseSource:
         for block in range(begin // NOISE_BLOCK, (end - 1) // NOISE_BLOCK + 1):
             block_begin = max(begin, block * NOISE_BLOCK)
             block_end = min(end, (block + 1) * NOISE_BLOCK)
-            self._draw(out[written:written + block_end - block_begin], int(input_id), block,
+            self._draw(out[written:written + block_end - block_begin], input_id, block,
                        block_begin - block * NOISE_BLOCK)
             written += block_end - block_begin
 
     def _draw(self, out, input_id, block, skip):
         """Rows ``skip .. skip + len(out) - 1`` of one noise block into ``out``."""
-        seed = _splitmix64(_splitmix64(self.key ^ input_id) ^ block)
-        if len(out) == NOISE_BLOCK and out.is_contiguous():
-            out.normal_(generator=self.generator.manual_seed(seed))
-            return
-        if self.scratch is None:
-            self.scratch = torch.empty(self.block_shape, dtype=self.dtype, device=self.device)
-        if self.scratch_block != (input_id, block):
-            self.scratch.normal_(generator=self.generator.manual_seed(seed))
-            self.scratch_block = (input_id, block)
-        out.copy_(self.scratch[skip:skip + len(out)])
+        if self.on_cpu:
+            bits = np.random.Philox(key=self.key | (int(input_id) << 64), counter=[0, 0, 0, block])
+            generator = np.random.Generator(bits)
+            if skip == 0 and self.direct:
+                # numpy draws normals one after another, so the first rows of a
+                # block do not depend on how many rows are drawn.
+                generator.standard_normal(out=out.numpy(), dtype=self.numpy_dtype)
+            else:
+                rows = generator.standard_normal((skip + len(out),) + self.input_shape, dtype=self.numpy_dtype)
+                out.copy_(torch.from_numpy(rows[skip:]))
+        else:
+            # A device generator's first k values depend on how many are drawn:
+            # always draw the whole block, in place where the whole block is
+            # wanted, else into the scratch block, which keeps the last block
+            # drawn for the rest of it (a block split between two batches).
+            seed = _splitmix64(_splitmix64(self.key ^ int(input_id)) ^ block)
+            if len(out) == NOISE_BLOCK and out.is_contiguous():
+                out.normal_(generator=self.generator.manual_seed(seed))
+                return
+            if self.scratch_block != (input_id, block):
+                self.scratch.normal_(generator=self.generator.manual_seed(seed))
+                self.scratch_block = (input_id, block)
+            out.copy_(self.scratch[skip:skip + len(out)])
 
 
 class MonteCarloEngine:
@@ -159,14 +174,14 @@ class MonteCarloEngine:
 
     Notes
     -----
-    On every device the noise is drawn and the counts are reduced on the
-    device, with no host synchronisation per batch (the counts come back once
-    per call and worker). On an accelerator (any device but the CPU) 4-D
-    inputs go through the module in ``channels_last`` layout, and the inputs
-    are copied from pinned host memory on CUDA. A batch that runs out of
-    device memory is retried at half the batch size, with a warning, down to
-    one copy per batch: the noise of each copy does not depend on the batch
-    size, so neither do the counts.
+    On an accelerator (any device but the CPU) the noise is drawn and the
+    counts are reduced on the device, with no host synchronisation per batch
+    (the counts come back once per call and worker); 4-D inputs go through
+    the module in ``channels_last`` layout; the inputs are copied from pinned
+    host memory on CUDA. A batch that runs out of device memory is retried at
+    half the batch size, with a warning, down to one copy per batch: the
+    noise of each copy does not depend on the batch size, so neither do the
+    counts.
 
     Examples
     --------
@@ -177,8 +192,8 @@ class MonteCarloEngine:
     ((5, 3), [100, 100, 100, 100, 100])
     """
 
-    #: Private switch: take the accelerator path (``channels_last`` 4-D batches,
-    #: whose noise blocks go through the scratch block) on the CPU too, for the tests.
+    #: Private switch: take the accelerator path (noise from the device's torch
+    #: generator, ``channels_last`` 4-D batches) on the CPU too, for the tests.
     _accelerator_path = False
 
     def __init__(self, module, n_classes, batch_size, device="cpu", n_jobs=None, root_seed=0, progress=None,
@@ -317,7 +332,7 @@ class MonteCarloEngine:
             Standard normal values on the engine's device.
         """
         shape = tuple(X.shape[1:])
-        source = _NoiseSource(stage_key(self.root_seed, stage), shape, X.dtype, self.device)
+        source = _NoiseSource(stage_key(self.root_seed, stage), shape, X.dtype, self.device, self._accelerated())
         noise = torch.empty((len(X), n_copies) + shape, dtype=X.dtype, device=self.device)
         for row, input_id in enumerate(self._ids(len(X)).tolist()):
             source.fill(noise[row], input_id, 0, n_copies)
@@ -402,7 +417,7 @@ class MonteCarloEngine:
                             memory_format=torch.channels_last if accelerated and X.dim() == 4
                             else torch.contiguous_format)
         ones = torch.ones(len(noise), dtype=torch.int64, device=self.device)
-        source = _NoiseSource(key, X.shape[1:], X.dtype, self.device)
+        source = _NoiseSource(key, X.shape[1:], X.dtype, self.device, accelerated)
         for batch_start in batch_starts:
             batch_start = int(batch_start)
             batch_end = min(batch_start + self.batch_size, total)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import stats
 
-from smoothsk.engine import NOISE_BLOCK, MonteCarloEngine, stage_key
+from smoothsk.engine import NOISE_BLOCK, MonteCarloEngine, _NoiseSource, _splitmix64, stage_key
 
 THRESHOLDS = (-0.5, 0.4)
 
@@ -295,18 +295,15 @@ class OutOfMemoryAbove(torch.nn.Module):
 
 
 class TestAcceleratorPath:
-    def test_the_switch_takes_the_channels_last_path_with_the_same_noise(self):
+    def test_the_switch_takes_another_noise_path(self):
         recorder = Recorder(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 3)))
         X = torch.zeros(2, 3, 4, 4)
-        # 300 copies per input: two whole noise blocks (drawn in place on the CPU path, through the
-        # scratch block in channels_last) and a part of a third.
-        MonteCarloEngine(recorder, 3, batch_size=1000, root_seed=0).class_counts(X, 1.0, 300, (1,))
-        engine = MonteCarloEngine(recorder, 3, batch_size=1000, root_seed=0)
+        MonteCarloEngine(recorder, 3, batch_size=100, root_seed=0).class_counts(X, 1.0, 50, (1,))
+        engine = MonteCarloEngine(recorder, 3, batch_size=100, root_seed=0)
         engine._accelerator_path = True
-        engine.class_counts(X, 1.0, 300, (1,))
+        engine.class_counts(X, 1.0, 50, (1,))
         cpu, accelerator = recorder.batches
-        # Every device draws its noise the same way; only the layout differs.
-        assert torch.equal(cpu, accelerator)
+        assert not torch.equal(cpu, accelerator)
         # 4-D batches go through the module in channels_last layout on the accelerator path only.
         assert accelerator.is_contiguous(memory_format=torch.channels_last) and not accelerator.is_contiguous()
         assert cpu.is_contiguous()
@@ -365,3 +362,21 @@ class TestAutocast:
                 X, 0.5, 100, (1,))
             assert counts.sum() == 300
         assert set(seen[:5]) == {torch.float32} and set(seen[5:]) == {torch.bfloat16}
+
+
+def test_cpu_noise_blocks_whose_seeds_agree_in_32_bits_differ():
+    # The accelerators seed a torch generator with a 64-bit hash of (stage, input, block); torch's CPU
+    # generator would keep only its low 32 bits, so two blocks of one input among ~2**16 would share their
+    # noise. Find such a pair and check that the CPU's noise tells them apart.
+    key, seen = stage_key(0, (1,)), {}
+    for block in range(1 << 20):
+        low = _splitmix64(_splitmix64(key ^ 0) ^ block) & 0xFFFFFFFF
+        if low in seen:
+            break
+        seen[low] = block
+    first, second = seen[low], block
+    source = _NoiseSource(key, (4,), torch.float32, torch.device("cpu"))
+    noise = torch.empty(2, NOISE_BLOCK, 4)
+    for out, chosen in zip(noise, (first, second)):
+        source.fill(out, 0, chosen * NOISE_BLOCK, (chosen + 1) * NOISE_BLOCK)
+    assert not torch.equal(noise[0], noise[1])
