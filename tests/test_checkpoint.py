@@ -112,6 +112,18 @@ class TestResume:
         np.testing.assert_array_equal(resumed[2].region, expected[2].region)
         assert_same_store(clf.regions_, uninterrupted.regions_)
 
+    def test_with_regions_each_chunk_is_a_call_of_its_own(self, make_clf, tmp_path):
+        # A stateful classifier's answers depend on the queries before: a checkpointed run is its
+        # chunks certified one call after another (each call draws fresh noise), which the docs state.
+        X = inputs()
+        chunked = make_clf(allocator=OnlineBallAllocator())
+        calls = [chunked.certify(X[start:start + 10], return_details=True) for start in (0, 10, 20)]
+        clf = make_clf(allocator=OnlineBallAllocator())
+        run = clf.certify(X, return_details=True, checkpoint=tmp_path / "run.ckpt", checkpoint_every=10)
+        np.testing.assert_array_equal(run[1], np.concatenate([call[1] for call in calls]))
+        np.testing.assert_array_equal(run[2].p_lower, np.concatenate([call[2].p_lower for call in calls]))
+        assert_same_store(clf.regions_, chunked.regions_)
+
     def test_a_saved_estimator_resumes_in_a_new_process(self, make_clf, tmp_path):
         # A crash loses the regions allocated in memory; an estimator saved
         # before the run (its store is the run's initial store) resumes from
