@@ -157,6 +157,7 @@ def main():
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
                         help="time the process's CPU time (default; steadier on a shared machine) or wall time")
     parser.add_argument("--keep-freed-memory", action="store_true", help="keep_freed_memory() before anything runs")
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats (default 7; --quick: 1)")
     args = parser.parse_args()
     kept = keep_freed_memory() if args.keep_freed_memory else False
     torch.set_num_threads(args.threads)
@@ -171,7 +172,7 @@ def main():
     regimes = [("(i)", 20_000, 2 if args.quick else 4, "forward on normal_", 0.95),
                ("(ii)", 200, 100 if args.quick else 500, "per-input loop", 1.0),
                ("(iii)", 10_000, 2 if args.quick else 8, "per-input loop", 1.0)]
-    repeats = 1 if args.quick else 7
+    repeats = 1 if args.quick else args.repeats
 
     print(f"{args.model}, torch {torch.__version__}, {args.threads} thread(s), "
           f"certify_batch_size={clf.certify_batch_size}, keep_freed_memory {kept}, "
