@@ -176,6 +176,8 @@ class MonteCarloEngine:
 
     Notes
     -----
+    On the CPU a second thread draws the next batch's noise while the module
+    runs on the current one, so the noise costs no time where a core is free.
     On an accelerator (any device but the CPU) the noise is drawn and the
     counts are reduced on the device, with no host synchronisation per batch
     (the counts come back once per call and worker); 4-D inputs go through
