@@ -159,7 +159,8 @@ class MonteCarloEngine:
     n_classes : int
         Number of classes the module scores.
     batch_size : int
-        Noisy copies per forward pass; bounds the memory used.
+        Noisy copies per forward pass; bounds the memory used (the CPU holds
+        the noise of two batches: the one running and the next).
     device : str or torch.device
         Where noise is drawn and the module runs.
     n_jobs : int or None
