@@ -17,8 +17,8 @@ Prints markdown tables:
    pooling every sample the methods drew for the input.
 
 The sequential variants are the union bound with alpha split equally over the looks ("Seq union",
-the default), the same with ``alpha_spending="predicted"`` ("Seq predicted") and the betting
-confidence sequence ("Seq betting").
+the default), the same with ``alpha_spending="predicted"`` ("Seq predicted") or ``"prior"`` ("Seq prior"),
+and the betting confidence sequence ("Seq betting").
 
 Run ``OMP_NUM_THREADS=1 python benchmarks/bench_sequential.py`` (n_max = 100,000 simulated and
 10,000 on the digits, a few minutes on one core) or add ``--quick`` (n_max = 10,000 simulated and
@@ -49,6 +49,7 @@ def decline_methods(n_max):
         "ISS": InputSpecificSampler(n_max=n_max, decline=DECLINE),
         "Seq union": SequentialSampler(n_max=n_max, decline=DECLINE, confidence_sequence="union"),
         "Seq predicted": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="predicted"),
+        "Seq prior": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="prior"),
         "Seq betting": SequentialSampler(n_max=n_max, decline=DECLINE, confidence_sequence="betting"),
     }
 
