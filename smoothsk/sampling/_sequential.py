@@ -564,14 +564,8 @@ class SequentialSampler(BaseSampler):
 
         Parameters
         ----------
-        selected : ndarray of int, shape (n_inputs,)
-            Selection samples of the candidate, out of ``n0``.
-        never_failed : ndarray of bool, shape (n_inputs,)
-            ``selected == n0``.
-        sigma : ndarray of float, shape (n_inputs,)
-        alpha : float
-        geometric : ndarray of int64, shape (n_geometric,)
-            The geometric looks, ending at ``n_max``.
+        selected, never_failed, sigma, alpha, geometric
+            As in :meth:`_predicted_schedule`.
 
         Returns
         -------
@@ -623,6 +617,30 @@ class SequentialSampler(BaseSampler):
         merged = np.zeros_like(look_alpha)
         np.add.at(merged, (np.repeat(np.arange(n_inputs), looks.shape[1]), run_id.ravel()), look_alpha.ravel())
         return looks, np.where(run_start, np.take_along_axis(merged, run_id, axis=1), 0.0)
+
+    def _decline_interval(self, successes, trials, sigma, alpha):
+        """Interval on which rule (b) is checked with ``alpha_spending`` "predicted" or "prior" (see Notes).
+
+        "predicted": the two-sided ``1 - _DECLINE_INTERVAL_ALPHA`` Clopper-Pearson
+        interval; "prior": the narrower ``1 - _PRIOR_INTERVAL_ALPHA`` one, except
+        where its low end needs no radius (near the abstain threshold).
+
+        Parameters
+        ----------
+        successes, trials : ndarray of float, shape (n_rows,)
+        sigma : ndarray of float, shape (n_rows,)
+        alpha : float
+
+        Returns
+        -------
+        low, high : ndarray of float, shape (n_rows,)
+        """
+        low, high = clopper_pearson_interval(successes, trials, _DECLINE_INTERVAL_ALPHA)
+        if self.alpha_spending == "prior":
+            narrow_low, narrow_high = clopper_pearson_interval(successes, trials, _PRIOR_INTERVAL_ALPHA)
+            far = self._required_radius(self._reference_radius(narrow_low, sigma, alpha)) > 0
+            low, high = np.where(far, narrow_low, low), np.where(far, narrow_high, high)
+        return low, high
 
     def _decided(self, low, high, certify_at, sigma, alpha, current_lower):
         """Rules (a) and (b) for inputs whose probability lies in ``[low, high]``.
@@ -738,12 +756,7 @@ class SequentialSampler(BaseSampler):
             p_upper[idx] = np.minimum(p_upper[idx], upper_now)
             low, high = np.minimum(p_lower[idx], p_upper[idx]), p_upper[idx]
             if self.alpha_spending != "equal" and self.radius is None:
-                low, high = clopper_pearson_interval(k, n, _DECLINE_INTERVAL_ALPHA)
-                if self.alpha_spending == "prior":
-                    # The narrower interval, except where its low end needs no radius (see Notes).
-                    narrow_low, narrow_high = clopper_pearson_interval(k, n, _PRIOR_INTERVAL_ALPHA)
-                    far = self._required_radius(self._reference_radius(narrow_low, sigma[idx], alpha)) > 0
-                    low, high = np.where(far, narrow_low, low), np.where(far, narrow_high, high)
+                low, high = self._decline_interval(k, n, sigma[idx], alpha)
             stop = self._decided(low, high, certify_at, sigma[idx], alpha, p_lower[idx])
             stop |= trials[idx] >= n_max
             active[idx[stop]] = False
