@@ -575,7 +575,7 @@ class SequentialSampler(BaseSampler):
             Level of each look's Clopper-Pearson bound; each row sums to ``alpha``.
             A repeated size holds the merged level at its first column and 0 at the others.
         """
-        n_inputs, n0, n_max = len(sigma), int(self.n0), int(self.n_max)
+        n_inputs, n_max = len(sigma), int(self.n_max)
         quantiles = (np.arange(_PRIOR_QUANTILES) + 0.5) / _PRIOR_QUANTILES
         grid = look_sizes(1, _PRIOR_RATIO, n_max)
         all_in = np.where(never_failed, _ALL_IN_SHARE, 0.0)
@@ -584,7 +584,7 @@ class SequentialSampler(BaseSampler):
         keys, inverse = np.unique(np.column_stack([selected, sigma, never_failed]), axis=0, return_inverse=True)
         inverse = inverse.ravel()
         key_selected, key_sigma = keys[:, 0], np.repeat(keys[:, 1], _PRIOR_QUANTILES)
-        p = stats.beta.ppf(quantiles[None, :], key_selected[:, None] + 0.5, n0 - key_selected[:, None] + 0.5).ravel()
+        p = self._posterior_quantiles(key_selected, quantiles).ravel()
         prior_alpha = (1.0 - _PRIOR_FLOOR) * (1.0 - _ALL_IN_SHARE * keys[:, 2]) * alpha
         level = np.full(p.shape, _PRIOR_LEVEL * alpha)
         for _ in range(_PRIOR_PASSES):
@@ -617,6 +617,22 @@ class SequentialSampler(BaseSampler):
         merged = np.zeros_like(look_alpha)
         np.add.at(merged, (np.repeat(np.arange(n_inputs), looks.shape[1]), run_id.ravel()), look_alpha.ravel())
         return looks, np.where(run_start, np.take_along_axis(merged, run_id, axis=1), 0.0)
+
+    def _posterior_quantiles(self, selected, quantiles):
+        """Quantiles of the Jeffreys posterior ``Beta(selected + 1/2, n0 - selected + 1/2)`` of the candidate.
+
+        Parameters
+        ----------
+        selected : ndarray of float, shape (n_keys,)
+            Selection samples of the candidate, out of ``n0``.
+        quantiles : ndarray of float, shape (n_quantiles,)
+
+        Returns
+        -------
+        p : ndarray of float, shape (n_keys, n_quantiles)
+        """
+        n0 = int(self.n0)
+        return stats.beta.ppf(quantiles[None, :], selected[:, None] + 0.5, n0 - selected[:, None] + 0.5)
 
     def _decline_interval(self, successes, trials, sigma, alpha):
         """Interval on which rule (b) is checked with ``alpha_spending`` "predicted" or "prior" (see Notes).
