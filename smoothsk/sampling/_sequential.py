@@ -13,7 +13,8 @@ one-sided (all of alpha goes to the lower bound) and both computed from counts:
 - ``"union"``: Clopper-Pearson bounds at the looks of a fixed schedule with
   alpha split over the looks (Voráček's union-bound confidence sequence),
   equally or, with ``alpha_spending="predicted"``, mostly on the looks near
-  the size the selection samples predict.
+  the size the selection samples predict, or, with ``"prior"``, in
+  proportion to the selection's posterior probability of stopping at each look.
 """
 
 from numbers import Integral, Real
@@ -207,7 +208,8 @@ class SequentialSampler(BaseSampler):
         (absolute, radius units) or a fraction ``decline`` (relative) below the
         Clopper-Pearson radius at ``n_max`` (ISS's reference, Def. 1-2), for
         every ``p`` in the current confidence interval (with
-        ``alpha_spending="predicted"``: a 90 % interval); this includes inputs
+        ``alpha_spending="predicted"``: a 90 % interval; ``"prior"``: 50 %,
+        or 90 % near the abstain threshold); this includes inputs
         that even ``n_max`` could not certify by more than ``decline``;
     (c) it reached ``n_max`` estimation samples.
 
