@@ -51,11 +51,11 @@ _LADDER_LOOKS = 4
 _LADDER_RATIO = 1.2
 _LADDER_DECAY = 0.5
 # alpha_spending="prior" (see SequentialSampler, Notes): _PRIOR_QUANTILES quantiles of the Jeffreys
-# posterior of the selection count give the predicted stopping sizes (computed at level _PRIOR_LEVEL * alpha),
+# posterior of the selection count give the predicted stopping sizes (first pass at level _PRIOR_LEVEL * alpha),
 # snapped up to a grid of sizes growing by _PRIOR_RATIO; _PRIOR_FLOOR of the alpha not on the never-failing
 # look stays on the geometric looks (equal split) in case the prediction is wrong; _PRIOR_PASSES recomputations
 # of the sizes at the levels their looks got; rule (b) is checked on the two-sided (1 - _PRIOR_INTERVAL_ALPHA)
-# Clopper-Pearson interval (tuned on benchmarks/bench_sequential.py: measured MAD 0.048 +- 0.001 <= U).
+# Clopper-Pearson interval (tuned on benchmarks/bench_sequential.py, which measures the MAD).
 _PRIOR_QUANTILES = 20
 _PRIOR_LEVEL = 0.25
 _PRIOR_RATIO = 1.2
@@ -208,8 +208,8 @@ class SequentialSampler(BaseSampler):
         (absolute, radius units) or a fraction ``decline`` (relative) below the
         Clopper-Pearson radius at ``n_max`` (ISS's reference, Def. 1-2), for
         every ``p`` in the current confidence interval (with
-        ``alpha_spending="predicted"``: a 90 % interval; ``"prior"``: 50 %,
-        or 90 % near the abstain threshold); this includes inputs
+        ``alpha_spending="predicted"``: a 90 % interval; ``"prior"``: 50 %);
+        this includes inputs
         that even ``n_max`` could not certify by more than ``decline``;
     (c) it reached ``n_max`` estimation samples.
 
@@ -333,11 +333,8 @@ class SequentialSampler(BaseSampler):
     ``alpha``; where sampling stops is a stopping rule on the counts and
     may skip looks, which only leaves some of their alpha unused. Rule (b)
     is checked on the two-sided 50 % Clopper-Pearson interval (a stopping
-    rule only, like the 90 % one above), or on the 90 % one where the 50 %
-    interval's low end needs no radius: near the frequency where the
-    radius at ``n_max`` reaches ``decline``, a low count would otherwise
-    stop an input early with a small radius.
-    ``benchmarks/bench_sequential.py`` measures the MAD this gives.
+    rule only, like the 90 % one above); ``benchmarks/bench_sequential.py``
+    measures the MAD this gives.
 
     **Why this split of alpha.** Voráček's reference code spends
     ``alpha_k = 5 alpha / ((k + 4) (k + 5))`` over unboundedly many looks
@@ -555,14 +552,16 @@ class SequentialSampler(BaseSampler):
         The candidate's probability gets the Jeffreys posterior
         ``Beta(selected + 1/2, n0 - selected + 1/2)`` of the selection count;
         each of its ``_PRIOR_QUANTILES`` mid-quantiles ``p_j`` predicts the
-        size ``N*(p_j)`` where a count at ``p_j`` meets the stopping rule (at
-        level ``_PRIOR_LEVEL * alpha``), snapped up to the grid of sizes growing
-        by ``_PRIOR_RATIO``. Of the alpha not on the never-failing look (as with
+        size ``N*(p_j)`` where a count at ``p_j`` meets the stopping rule at
+        the level of its look (``_PRIOR_PASSES`` passes, the first at
+        ``_PRIOR_LEVEL * alpha``), snapped up to the grid of sizes growing by
+        ``_PRIOR_RATIO``. Of the alpha not on the never-failing look (as with
         ``"equal"``, ``0.75 alpha`` for a never-failing selection), a share
         ``_PRIOR_FLOOR`` goes equally to the geometric looks and the rest in
         equal parts to the ``N*(p_j)``: alpha in proportion to the posterior
-        probability of stopping at each look. Looks of equal size are merged,
-        their levels added.
+        probability of stopping at each look. Quantiles where rule (b) asks
+        no radius (the input abstains) get no look; their shares go to the
+        geometric looks. Looks of equal size are merged, their levels added.
 
         Parameters
         ----------
@@ -636,29 +635,22 @@ class SequentialSampler(BaseSampler):
         n0 = int(self.n0)
         return stats.beta.ppf(quantiles[None, :], selected[:, None] + 0.5, n0 - selected[:, None] + 0.5)
 
-    def _decline_interval(self, successes, trials, sigma, alpha):
+    def _decline_interval(self, successes, trials):
         """Interval on which rule (b) is checked with ``alpha_spending`` "predicted" or "prior" (see Notes).
 
-        "predicted": the two-sided ``1 - _DECLINE_INTERVAL_ALPHA`` Clopper-Pearson
-        interval; "prior": the narrower ``1 - _PRIOR_INTERVAL_ALPHA`` one, except
-        where its low end needs no radius (near the abstain threshold).
+        The two-sided Clopper-Pearson interval at level ``1 - _DECLINE_INTERVAL_ALPHA``
+        ("predicted") or ``1 - _PRIOR_INTERVAL_ALPHA`` ("prior").
 
         Parameters
         ----------
         successes, trials : ndarray of float, shape (n_rows,)
-        sigma : ndarray of float, shape (n_rows,)
-        alpha : float
 
         Returns
         -------
         low, high : ndarray of float, shape (n_rows,)
         """
-        low, high = clopper_pearson_interval(successes, trials, _DECLINE_INTERVAL_ALPHA)
-        if self.alpha_spending == "prior":
-            narrow_low, narrow_high = clopper_pearson_interval(successes, trials, _PRIOR_INTERVAL_ALPHA)
-            far = self._required_radius(self._reference_radius(narrow_low, sigma, alpha)) > 0
-            low, high = np.where(far, narrow_low, low), np.where(far, narrow_high, high)
-        return low, high
+        interval_alpha = _PRIOR_INTERVAL_ALPHA if self.alpha_spending == "prior" else _DECLINE_INTERVAL_ALPHA
+        return clopper_pearson_interval(successes, trials, interval_alpha)
 
     def _decided(self, low, high, certify_at, sigma, alpha, current_lower):
         """Rules (a) and (b) for inputs whose probability lies in ``[low, high]``.
@@ -774,7 +766,7 @@ class SequentialSampler(BaseSampler):
             p_upper[idx] = np.minimum(p_upper[idx], upper_now)
             low, high = np.minimum(p_lower[idx], p_upper[idx]), p_upper[idx]
             if self.alpha_spending != "equal" and self.radius is None:
-                low, high = self._decline_interval(k, n, sigma[idx], alpha)
+                low, high = self._decline_interval(k, n)
             stop = self._decided(low, high, certify_at, sigma[idx], alpha, p_lower[idx])
             stop |= trials[idx] >= n_max
             active[idx[stop]] = False
