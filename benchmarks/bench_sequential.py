@@ -14,11 +14,15 @@ Prints markdown tables:
 3. MAD as ISS defines it (Def. 1-2): max over a pA grid of r(n_max, pA) minus the
    simulated expected radius at stop, with Monte Carlo standard error, for ISS and the sequential variants;
 4. the digits CNN (trained with Gaussian noise at sigma 0.25): samples by pA bin, pA estimated by
-   pooling every sample the methods drew for the input.
+   pooling every sample the methods drew for the input;
+5. where the samples go, against oracles that know pA (ISS's psi(pA) idea with the expected radius):
+   the smallest fixed size whose expected Clopper-Pearson radius is within U of r(n_max, pA), at the
+   full alpha and at 0.4 alpha (what one look of a split pays), plus the n0 = 100 selection samples;
+   "prior" with its looks placed from the true pA instead of the selection's posterior; "prior" itself.
 
 The sequential variants are the union bound with alpha split equally over the looks ("Seq union",
-the default), the same with ``alpha_spending="predicted"`` ("Seq predicted") and the betting
-confidence sequence ("Seq betting").
+the default), the same with ``alpha_spending="predicted"`` ("Seq predicted") or ``"prior"`` ("Seq prior"),
+and the betting confidence sequence ("Seq betting").
 
 Run ``OMP_NUM_THREADS=1 python benchmarks/bench_sequential.py`` (n_max = 100,000 simulated and
 10,000 on the digits, a few minutes on one core) or add ``--quick`` (n_max = 10,000 simulated and
@@ -27,6 +31,7 @@ Run ``OMP_NUM_THREADS=1 python benchmarks/bench_sequential.py`` (n_max = 100,000
 
 import numpy as np
 import torch
+from scipy import stats
 from _common import BinomialEngine, clopper_pearson_radius, quick_parser, table_header, table_row, timed
 from sklearn.model_selection import train_test_split
 
@@ -35,7 +40,7 @@ from smoothsk.datasets import load_digits_images
 from smoothsk.engine import MonteCarloEngine
 from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
-from smoothsk.statistics import certified_radius
+from smoothsk.statistics import certified_radius, clopper_pearson_lower
 from smoothsk.training import FixedSigmaTraining
 
 ALPHA = 0.001
@@ -49,6 +54,7 @@ def decline_methods(n_max):
         "ISS": InputSpecificSampler(n_max=n_max, decline=DECLINE),
         "Seq union": SequentialSampler(n_max=n_max, decline=DECLINE, confidence_sequence="union"),
         "Seq predicted": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="predicted"),
+        "Seq prior": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="prior"),
         "Seq betting": SequentialSampler(n_max=n_max, decline=DECLINE, confidence_sequence="betting"),
     }
 
@@ -124,7 +130,7 @@ def bench_mad(n_max, n_streams):
     print(f"\n### MAD by simulation: {grid.size} pA values x {n_streams} streams, n_max = {n_max:,}, "
           f"U = {DECLINE}\n")
     table_header(["sigma", "method", "MAD = max_pA [r(n_max, pA) - E radius]", "+- MC s.e.", "at pA",
-                  "<= U (+2 s.e.)?"])
+                  "<= U (+2 s.e.)?", "max over pA < 1", "+- MC s.e.", "at pA"])
     for sigma in (0.25, 0.5):
         X, sigmas = np.zeros((p_top.size, 1)), np.full(p_top.size, sigma)
         full = clopper_pearson_radius(np.full(grid.size, n_max), grid, sigma, ALPHA)
@@ -134,8 +140,10 @@ def bench_mad(n_max, n_streams):
             decline = full - radius.mean(axis=1)
             stderr = radius.std(axis=1, ddof=1) / np.sqrt(n_streams)
             worst = int(np.argmax(decline))
+            below_one = int(np.argmax(np.where(grid < 1, decline, -np.inf)))
             table_row([f"{sigma}", label, f"{decline[worst]:.4f}", f"{stderr[worst]:.4f}", f"{grid[worst]:g}",
-                       "yes" if decline[worst] <= DECLINE + 2 * stderr[worst] else "NO"])
+                       "yes" if decline[worst] <= DECLINE + 2 * stderr[worst] else "NO",
+                       f"{decline[below_one]:.4f}", f"{stderr[below_one]:.4f}", f"{grid[below_one]:g}"])
 
 
 def bench_radius(n_max, n_inputs):
@@ -149,7 +157,7 @@ def bench_radius(n_max, n_inputs):
         cohen = FixedSampler(n=n_max, n0=100).certify(BinomialEngine(p_top, seed=2), X, sigmas, ALPHA)
         cohen_robust = certified_radius(sigma, cohen.p_lower)
         for r in (0.25, 0.5, 1.0):
-            for cs, spending in (("union", "equal"), ("union", "predicted"), ("betting", "equal")):
+            for cs, spending in (("union", "equal"), ("union", "predicted"), ("union", "prior"), ("betting", "equal")):
                 seq = SequentialSampler(n_max=n_max, radius=r, confidence_sequence=cs,
                                         alpha_spending=spending).certify(BinomialEngine(p_top, seed=3), X, sigmas,
                                                                          ALPHA)
@@ -203,6 +211,72 @@ def bench_digits(n_max, n_test, epochs):
         table_row([label, f"{certified_radius(sigma, result.p_lower).mean():.4f}", f"{times[label]:.0f}"])
 
 
+def expected_radius(n_samples, p, sigma, alpha, n_points=64):
+    """E[r] over the count K ~ Binomial(n, p) of the Clopper-Pearson radius, by ``n_points`` mid-quantiles of K.
+
+    Parameters
+    ----------
+    n_samples, p : ndarray, shape (n,)
+    sigma, alpha : float
+
+    Returns
+    -------
+    ndarray of float, shape (n,)
+    """
+    counts = stats.binom.ppf((np.arange(n_points) + 0.5) / n_points, n_samples[:, None], p[:, None])
+    trials = np.broadcast_to(n_samples[:, None], counts.shape).astype(np.float64)
+    return certified_radius(sigma, clopper_pearson_lower(counts, trials, alpha)).mean(axis=1)
+
+
+def oracle_size(p, sigma, level, n_max):
+    """Smallest fixed size whose expected radius at ``level`` is within DECLINE of r(n_max, p) (bisection)."""
+    target = clopper_pearson_radius(np.full(len(p), n_max), p, sigma, ALPHA) - DECLINE
+    low, high = np.zeros(len(p), dtype=np.int64), np.full(len(p), n_max, dtype=np.int64)
+    while np.any(high - low > 1):
+        middle = (low + high) // 2
+        reached = expected_radius(np.maximum(middle, 1), p, sigma, level) >= target
+        high, low = np.where(reached, middle, high), np.where(reached, low, middle)
+    return np.where(target > 0, high, 0)
+
+
+class KnownFrequencyPrior(SequentialSampler):
+    """``alpha_spending="prior"`` with every posterior quantile at the true pA (set ``known_p`` first).
+
+    Valid only as an oracle on streams that all share ``known_p``: the looks then ignore the selection.
+    """
+
+    known_p = None
+
+    def _posterior_quantiles(self, selected, quantiles):
+        return np.full((len(selected), len(quantiles)), self.known_p)
+
+
+def bench_oracle(n_max, n_streams):
+    """Samples / ISS per pA against oracles that know pA, and "prior" with looks from the true pA."""
+    grid = np.array([0.6, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999])
+    print(f"\n### Where the samples go: {n_streams} streams per pA, n_max = {n_max:,}, U = {DECLINE}; "
+          f"samples / ISS's\n")
+    table_header(["sigma", "pA", "ISS samples", "oracle(alpha) + 100", "oracle(0.4 alpha) + 100",
+                  "prior, looks from true pA", "Seq prior", "Seq prior decline"])
+    for sigma in (0.25, 0.5):
+        X, sigmas = np.zeros((n_streams, 1)), np.full(n_streams, sigma)
+        oracle = {share: oracle_size(grid, sigma, share * ALPHA, n_max) + 100 for share in (1.0, 0.4)}
+        for index, p in enumerate(grid):
+            p_top = np.full(n_streams, p)
+            iss = InputSpecificSampler(n_max=n_max, decline=DECLINE).certify(
+                BinomialEngine(p_top, seed=6), X, sigmas, ALPHA).n_samples.mean()
+            known = KnownFrequencyPrior(n_max=n_max, decline=DECLINE, alpha_spending="prior")
+            known.known_p = p
+            known_n = known.certify(BinomialEngine(p_top, seed=7), X, sigmas, ALPHA).n_samples.mean()
+            prior = SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="prior").certify(
+                BinomialEngine(p_top, seed=7), X, sigmas, ALPHA)
+            full = clopper_pearson_radius(np.array([n_max]), np.array([p]), sigma, ALPHA)[0]
+            table_row([f"{sigma}", f"{p:g}", f"{iss:.0f}", f"{oracle[1.0][index] / iss:.2f}",
+                       f"{oracle[0.4][index] / iss:.2f}", f"{known_n / iss:.2f}",
+                       f"{prior.n_samples.mean() / iss:.2f}",
+                       f"{full - certified_radius(sigma, prior.p_lower).mean():.4f}"])
+
+
 def main():
     parser = quick_parser(__doc__, "n_max = 10,000 and fewer inputs")
     parser.add_argument("--skip-digits", action="store_true", help="simulated counts only")
@@ -214,6 +288,7 @@ def main():
     bench_mad(n_max, 40 if args.quick else 200)
     bench_decline(n_max, n_inputs)
     bench_radius(n_max, n_inputs)
+    bench_oracle(n_max, 100 if args.quick else 400)
     if not args.skip_digits:
         bench_digits(*((2_000, 30, 10) if args.quick else (10_000, 100, 20)))
 

@@ -13,7 +13,8 @@ one-sided (all of alpha goes to the lower bound) and both computed from counts:
 - ``"union"``: Clopper-Pearson bounds at the looks of a fixed schedule with
   alpha split over the looks (Voráček's union-bound confidence sequence),
   equally or, with ``alpha_spending="predicted"``, mostly on the looks near
-  the size the selection samples predict.
+  the size the selection samples predict, or, with ``"prior"``, in
+  proportion to the selection's posterior probability of stopping at each look.
 """
 
 from numbers import Integral, Real
@@ -49,6 +50,18 @@ _PREDICTION_ALPHA = 0.3
 _LADDER_LOOKS = 4
 _LADDER_RATIO = 1.2
 _LADDER_DECAY = 0.5
+# alpha_spending="prior" (see SequentialSampler, Notes): _PRIOR_QUANTILES quantiles of the Jeffreys
+# posterior of the selection count give the predicted stopping sizes (first pass at level _PRIOR_LEVEL * alpha),
+# snapped up to a grid of sizes growing by _PRIOR_RATIO; _PRIOR_FLOOR of the alpha not on the never-failing
+# look stays on the geometric looks (equal split) in case the prediction is wrong; _PRIOR_PASSES recomputations
+# of the sizes at the levels their looks got; rule (b) is checked on the two-sided (1 - _PRIOR_INTERVAL_ALPHA)
+# Clopper-Pearson interval (tuned on benchmarks/bench_sequential.py, which measures the MAD).
+_PRIOR_QUANTILES = 20
+_PRIOR_LEVEL = 0.25
+_PRIOR_RATIO = 1.2
+_PRIOR_FLOOR = 0.1
+_PRIOR_PASSES = 2
+_PRIOR_INTERVAL_ALPHA = 0.5
 # rule (b) is checked on the two-sided (1 - _DECLINE_INTERVAL_ALPHA) Clopper-Pearson interval of the
 # current counts (it only decides when to stop, so it needs no anytime validity).
 _DECLINE_INTERVAL_ALPHA = 0.1
@@ -195,7 +208,8 @@ class SequentialSampler(BaseSampler):
         (absolute, radius units) or a fraction ``decline`` (relative) below the
         Clopper-Pearson radius at ``n_max`` (ISS's reference, Def. 1-2), for
         every ``p`` in the current confidence interval (with
-        ``alpha_spending="predicted"``: a 90 % interval); this includes inputs
+        ``alpha_spending="predicted"``: a 90 % interval; ``"prior"``: 50 %);
+        this includes inputs
         that even ``n_max`` could not certify by more than ``decline``;
     (c) it reached ``n_max`` estimation samples.
 
@@ -229,14 +243,17 @@ class SequentialSampler(BaseSampler):
         Ratio of consecutive look sizes, > 1.
     n0 : int, default=100
         Selection samples per input (Cohen et al.'s N0).
-    alpha_spending : {"equal", "predicted"}, default="equal"
+    alpha_spending : {"equal", "predicted", "prior"}, default="equal"
         How the union bound shares alpha over the looks. ``"equal"``: equally
         over the geometric looks (plus the never-failing look, Notes).
         ``"predicted"`` (union only): the selection samples also predict the
         size where the input will stop, and most of alpha goes to a short
         ladder of looks from there; rule (b) is then checked on a narrower
         interval. Fewer samples for inputs with ``pA < 1`` on
-        ``benchmarks/bench_sequential.py``; see Notes.
+        ``benchmarks/bench_sequential.py``; see Notes. ``"prior"`` (union
+        only): alpha in proportion to the selection's posterior probability
+        of stopping at each look, with a narrower interval for rule (b)
+        still; fewer samples than ``"predicted"`` on that benchmark (Notes).
 
     Notes
     -----
@@ -295,6 +312,30 @@ class SequentialSampler(BaseSampler):
     keeps it below (a 50 % interval overshot: 0.0513 +- 0.0006 at pA = 0.57,
     sigma 0.5, U = 0.05); ``benchmarks/bench_sequential.py`` measures it.
 
+    **Prior spending** (``alpha_spending="prior"``). The selection count
+    ``s`` of ``n0`` gives the candidate's probability the Jeffreys posterior
+    ``Beta(s + 1/2, n0 - s + 1/2)``; its 20 mid-quantiles ``p_j`` each predict
+    a stopping size ``N*(p_j)`` (where a count at ``p_j`` meets the stopping
+    rule, at the level that size's look gets, found in two passes), rounded up
+    to a grid of sizes growing by 1.2. Each ``N*(p_j)`` becomes a look holding
+    ``0.9 / 20`` of the alpha left after the never-failing look (the whole
+    alpha, or ``0.25 alpha`` for a never-failing selection, which keeps its
+    look at ``0.75 alpha`` as above), looks of equal size merged; the other
+    ``0.1``, and the shares of quantiles at which rule (b) asks no radius
+    (the input would abstain), are split equally over the geometric looks,
+    for inputs the posterior misjudges. So alpha goes where the posterior expects the input
+    to stop (spending in proportion to the probability of stopping at a
+    look is what minimises the expected ``log(1 / alpha_k)`` paid there),
+    and the looks follow the posterior's spread instead of a fixed ladder.
+    **Validity** is the union argument above: the looks and their levels
+    are functions of the selection counts (stage ``(*stage, 0)``) alone,
+    fixed before any estimation sample, and each row's levels sum to
+    ``alpha``; where sampling stops is a stopping rule on the counts and
+    may skip looks, which only leaves some of their alpha unused. Rule (b)
+    is checked on the two-sided 50 % Clopper-Pearson interval (a stopping
+    rule only, like the 90 % one above); ``benchmarks/bench_sequential.py``
+    measures the MAD this gives.
+
     **Why this split of alpha.** Voráček's reference code spends
     ``alpha_k = 5 alpha / ((k + 4) (k + 5))`` over unboundedly many looks
     (sizes growing by 1.1). Our schedule is finite and fixed (it ends at
@@ -330,7 +371,7 @@ class SequentialSampler(BaseSampler):
         "first": [Interval(Integral, 1, None, closed="left")],
         "growth": [Interval(Real, 1, None, closed="neither")],
         "n0": [Interval(Integral, 1, None, closed="left")],
-        "alpha_spending": [StrOptions({"equal", "predicted"})],
+        "alpha_spending": [StrOptions({"equal", "predicted", "prior"})],
     }
 
     def __init__(self, n_max=100_000, decline=0.05, decline_type="absolute", radius=None,
@@ -347,8 +388,8 @@ class SequentialSampler(BaseSampler):
 
     def _check_consistency(self):
         check_relative_decline(self.decline, self.decline_type)
-        if self.alpha_spending == "predicted" and self.confidence_sequence != "union":
-            raise ValueError("alpha_spending='predicted' places shares of alpha on looks, so it needs "
+        if self.alpha_spending != "equal" and self.confidence_sequence != "union":
+            raise ValueError(f"alpha_spending={self.alpha_spending!r} places shares of alpha on looks, so it needs "
                              f"confidence_sequence='union'; got {self.confidence_sequence!r}.")
 
     @property
@@ -464,7 +505,7 @@ class SequentialSampler(BaseSampler):
             Selection samples of the candidate, out of ``n0``.
         sigma : ndarray of float, shape (n_inputs,)
         level : float
-            Level of the Clopper-Pearson bound at that size.
+            Level of the Clopper-Pearson bound at that size (also that of the reference radius).
 
         Returns
         -------
@@ -474,15 +515,142 @@ class SequentialSampler(BaseSampler):
             radius rule (b) requires there; ``n_max`` where no size does.
         """
         predicted = clopper_pearson_interval(selected, int(self.n0), 2 * _PREDICTION_ALPHA)[1]
+        return self._stopping_size(predicted, sigma, level, level)
+
+    def _stopping_size(self, p, sigma, level, reference_alpha):
+        """Smallest size whose Clopper-Pearson bound at ``level``, from a count at frequency ``p``, stops an input.
+
+        Parameters
+        ----------
+        p : ndarray of float, shape (n_points,)
+            Frequencies of the candidate.
+        sigma : ndarray of float, shape (n_points,)
+        level : float
+            Level of the bound.
+        reference_alpha : float
+            Level of the reference radius at ``n_max`` (rule (b)).
+
+        Returns
+        -------
+        size : ndarray of int64, shape (n_points,)
+            In ``1 .. n_max``: where the bound certifies ``radius`` (radius mode)
+            or the radius rule (b) requires; 1 where rule (b) requires no
+            radius, ``n_max`` where no size suffices.
+        """
         if self.radius is not None:
             target = np.full(len(sigma), float(self.radius))
         else:
-            target = self._required_radius(self._reference_radius(predicted, sigma, level))
+            target = self._required_radius(self._reference_radius(p, sigma, reference_alpha))
         size = np.ones(len(sigma), dtype=np.int64)
         positive = target > 0
-        size[positive] = _min_sample_size(predicted[positive], target[positive] / sigma[positive], int(self.n_max),
-                                          level)
+        size[positive] = _min_sample_size(p[positive], target[positive] / sigma[positive], int(self.n_max), level)
         return size
+
+    def _prior_schedule(self, selected, never_failed, sigma, alpha, geometric):
+        """Looks and their levels for ``alpha_spending="prior"`` (union), fixed given the selection.
+
+        The candidate's probability gets the Jeffreys posterior
+        ``Beta(selected + 1/2, n0 - selected + 1/2)`` of the selection count;
+        each of its ``_PRIOR_QUANTILES`` mid-quantiles ``p_j`` predicts the
+        size ``N*(p_j)`` where a count at ``p_j`` meets the stopping rule at
+        the level of its look (``_PRIOR_PASSES`` passes, the first at
+        ``_PRIOR_LEVEL * alpha``), snapped up to the grid of sizes growing by
+        ``_PRIOR_RATIO``. Of the alpha not on the never-failing look (as with
+        ``"equal"``, ``0.75 alpha`` for a never-failing selection), a share
+        ``_PRIOR_FLOOR`` goes equally to the geometric looks and the rest in
+        equal parts to the ``N*(p_j)``: alpha in proportion to the posterior
+        probability of stopping at each look. Quantiles where rule (b) asks
+        no radius (the input abstains) get no look; their shares go to the
+        geometric looks. Looks of equal size are merged, their levels added.
+
+        Parameters
+        ----------
+        selected, never_failed, sigma, alpha, geometric
+            As in :meth:`_predicted_schedule`.
+
+        Returns
+        -------
+        looks : ndarray of int64, shape (n_inputs, n_geometric + _PRIOR_QUANTILES + 1)
+            Sorted cumulative sizes per input, ending at ``n_max``; repeated sizes draw no new samples.
+        look_alpha : ndarray of float, shape (n_inputs, n_geometric + _PRIOR_QUANTILES + 1)
+            Level of each look's Clopper-Pearson bound; each row sums to ``alpha``.
+            A repeated size holds the merged level at its first column and 0 at the others.
+        """
+        n_inputs, n_max = len(sigma), int(self.n_max)
+        quantiles = (np.arange(_PRIOR_QUANTILES) + 0.5) / _PRIOR_QUANTILES
+        grid = look_sizes(1, _PRIOR_RATIO, n_max)
+        all_in = np.where(never_failed, _ALL_IN_SHARE, 0.0)
+        never_failing = np.where(never_failed, self._never_failing_size(sigma, _ALL_IN_SHARE, alpha), n_max)
+        # Inputs with the same selection count and sigma share their predicted looks: compute each once.
+        keys, inverse = np.unique(np.column_stack([selected, sigma, never_failed]), axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        key_selected, key_sigma = keys[:, 0], np.repeat(keys[:, 1], _PRIOR_QUANTILES)
+        p = self._posterior_quantiles(key_selected, quantiles).ravel()
+        prior_alpha = (1.0 - _PRIOR_FLOOR) * (1.0 - _ALL_IN_SHARE * keys[:, 2]) * alpha
+        level = np.full(p.shape, _PRIOR_LEVEL * alpha)
+        for _ in range(_PRIOR_PASSES):
+            # Each quantile's stopping size at the level its look gets (first pass: a guess),
+            # snapped up to the grid; a look's level is the sum over the quantiles landing on it.
+            needed = np.empty(p.shape, dtype=np.int64)
+            for value in np.unique(level):  # few values: multiples of the quantiles' share
+                at = level == value
+                needed[at] = self._stopping_size(p[at], key_sigma[at], value, alpha)
+            needed = needed.reshape(len(keys), _PRIOR_QUANTILES)
+            # Size 1: rule (b) asks no radius at p_j (the input abstains there), so no look; its share
+            # goes to the geometric looks (to the other quantiles it would stop inputs near that
+            # threshold too early: measured MAD 0.0505 +- 0.0004 at pA 0.57, sigma 0.5).
+            useful = needed > 1
+            quantile_alpha = np.where(useful, prior_alpha[:, None] / _PRIOR_QUANTILES, 0.0)
+            predicted = np.where(useful, grid[np.searchsorted(grid, needed)], n_max)
+            same = predicted[:, :, None] == predicted[:, None, :]
+            level = np.maximum(np.sum(same * quantile_alpha[:, None, :], axis=2), 1e-300).ravel()
+        unplaced = (prior_alpha - quantile_alpha.sum(axis=1))[inverse]
+        geometric_alpha = (_PRIOR_FLOOR * (1.0 - all_in) * alpha + unplaced) / len(geometric)
+        looks = np.column_stack([np.broadcast_to(geometric, (n_inputs, len(geometric))), predicted[inverse],
+                                 never_failing])
+        look_alpha = np.column_stack([np.repeat(geometric_alpha[:, None], len(geometric), axis=1),
+                                      quantile_alpha[inverse], all_in * alpha])
+        order = np.argsort(looks, axis=1, kind="stable")
+        looks, look_alpha = np.take_along_axis(looks, order, axis=1), np.take_along_axis(look_alpha, order, axis=1)
+        # Merge equal sizes: the first column of each run of equal sizes gets the run's total level.
+        run_start = np.concatenate([np.ones((n_inputs, 1), dtype=bool), np.diff(looks, axis=1) > 0], axis=1)
+        run_id = np.cumsum(run_start, axis=1) - 1
+        merged = np.zeros_like(look_alpha)
+        np.add.at(merged, (np.repeat(np.arange(n_inputs), looks.shape[1]), run_id.ravel()), look_alpha.ravel())
+        return looks, np.where(run_start, np.take_along_axis(merged, run_id, axis=1), 0.0)
+
+    def _posterior_quantiles(self, selected, quantiles):
+        """Quantiles of the Jeffreys posterior ``Beta(selected + 1/2, n0 - selected + 1/2)`` of the candidate.
+
+        Parameters
+        ----------
+        selected : ndarray of float, shape (n_keys,)
+            Selection samples of the candidate, out of ``n0``.
+        quantiles : ndarray of float, shape (n_quantiles,)
+
+        Returns
+        -------
+        p : ndarray of float, shape (n_keys, n_quantiles)
+        """
+        n0 = int(self.n0)
+        return stats.beta.ppf(quantiles[None, :], selected[:, None] + 0.5, n0 - selected[:, None] + 0.5)
+
+    def _decline_interval(self, successes, trials):
+        """Interval on which rule (b) is checked with ``alpha_spending`` "predicted" or "prior" (see Notes).
+
+        The two-sided Clopper-Pearson interval at level ``1 - _DECLINE_INTERVAL_ALPHA``
+        ("predicted") or ``1 - _PRIOR_INTERVAL_ALPHA`` ("prior").
+
+        Parameters
+        ----------
+        successes, trials : ndarray of float, shape (n_rows,)
+
+        Returns
+        -------
+        low, high : ndarray of float, shape (n_rows,)
+        """
+        interval_alpha = _PRIOR_INTERVAL_ALPHA if self.alpha_spending == "prior" else _DECLINE_INTERVAL_ALPHA
+        return clopper_pearson_interval(successes, trials, interval_alpha)
 
     def _decided(self, low, high, certify_at, sigma, alpha, current_lower):
         """Rules (a) and (b) for inputs whose probability lies in ``[low, high]``.
@@ -532,6 +700,9 @@ class SequentialSampler(BaseSampler):
         if self.alpha_spending == "predicted":  # union only (_check_consistency)
             looks, look_alpha = self._predicted_schedule(selection[rows, candidate], never_failed, sigma, alpha,
                                                          geometric)
+        elif self.alpha_spending == "prior":  # union only (_check_consistency)
+            looks, look_alpha = self._prior_schedule(selection[rows, candidate], never_failed, sigma, alpha,
+                                                     geometric)
         else:
             # The schedule: geometric looks, plus for never-failing selections one look where an
             # input that keeps never failing stops, holding a share of alpha (see Notes).
@@ -594,8 +765,8 @@ class SequentialSampler(BaseSampler):
             p_lower[idx] = np.maximum(p_lower[idx], lower_now)
             p_upper[idx] = np.minimum(p_upper[idx], upper_now)
             low, high = np.minimum(p_lower[idx], p_upper[idx]), p_upper[idx]
-            if self.alpha_spending == "predicted" and self.radius is None:
-                low, high = clopper_pearson_interval(k, n, _DECLINE_INTERVAL_ALPHA)
+            if self.alpha_spending != "equal" and self.radius is None:
+                low, high = self._decline_interval(k, n)
             stop = self._decided(low, high, certify_at, sigma[idx], alpha, p_lower[idx])
             stop |= trials[idx] >= n_max
             active[idx[stop]] = False
