@@ -10,8 +10,8 @@ store in the file. Two configurations on the digits with ``DigitsCNN``:
 - PFAT's grid search with ``OnlineBallAllocator``: the store's copies and
   records on top.
 
-Each repeat times the plain call and the checkpointed call back to back (a new
-file each time); the verdict is the median over repeats of (checkpointed time
+Each repeat times the plain call and the checkpointed call back to back, in
+process CPU time (a new file each time); the verdict is the median over repeats of (checkpointed time
 / plain time - 1). With ``NoRegions`` the certificates must be identical; with
 a stateful allocator each chunk is a call of its own, which draws fresh noise
 for the store's next queries, so they are those of certifying the chunks one
@@ -24,6 +24,7 @@ Run ``python benchmarks/bench_checkpoint.py`` (``--quick`` for a smoke run).
 """
 
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +58,12 @@ def run(clf, X, repeats, folder):
     plain, checkpointed, identical = [], [], True
     for repeat in range(repeats):
         clf.reset_regions()
-        seconds, (_, _, reference) = timed(clf.certify, X, return_details=True)
+        seconds, (_, _, reference) = timed(clf.certify, X, return_details=True, clock=time.process_time)
         plain.append(seconds)
         clf.reset_regions()
         path = Path(folder) / f"run{repeat}.ckpt"
         seconds, (_, _, details) = timed(clf.certify, X, return_details=True, checkpoint=path,
-                                         checkpoint_every=CHECKPOINT_EVERY)
+                                         checkpoint_every=CHECKPOINT_EVERY, clock=time.process_time)
         checkpointed.append(seconds)
         identical &= all(np.array_equal(getattr(details, field), getattr(reference, field))
                          for field in ("prediction", "radius", "sigma", "n_samples"))
