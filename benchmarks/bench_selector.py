@@ -7,19 +7,21 @@ noisy copies per input and batch), so training compute is equal; every row
 certifies the same test split with the same classifier samples
 (``FixedSampler(n, n0=100)``, alpha = 0.001). Rows:
 
-- Cohen at each level 0.25, 0.5, 0.75, 1.0: a classifier trained at that
-  sigma (``FixedSigmaTraining``), certified at it: certificates of g at one
-  sigma. The best of them is the baseline;
+- Cohen at each level of the grid step:step:1.0: a classifier trained at
+  that sigma (``FixedSigmaTraining``), certified at it: certificates of g at
+  one sigma. The best of them is the baseline;
 - ``CertifiedSigmaSelector`` over the same levels on a classifier trained
-  with PFAT's schedule over them (``PretrainFinetune(0.25, 1.0)``: sigma ~
-  U[0.25, 1.0] per sample and epoch, then each training sample's best level
-  of the grid 0.25:0.25:1.0, PFAT Eq. 5; the demo's selector preset), its
-  selector trained in ``fit`` on that assignment: certificates of the
-  sample-wise classifier G, stateless. Its own samples (selection +
-  estimation on the selector) are reported separately, and its certify time
-  against the fixed-sigma rows. Its noise (1 or 2) and ``alpha_share``
-  (0.1, 0.25 or 0.5) are chosen per task by the ACR on a validation split
-  carved from the training split (a separate fit), never on the test split;
+  with PFAT's schedule over them (``PretrainFinetune(step, 1.0)``: sigma ~
+  U[step, 1.0] per sample and epoch, then each training sample's best level
+  of the grid, PFAT Eq. 5; the demo's selector preset has step 0.25), its
+  selector trained in ``fit``: certificates of the sample-wise classifier
+  G, stateless. Its own samples (selection + estimation on the selector)
+  are reported separately, and its certify time against the fixed-sigma
+  rows. The grid step, the selector's noise, its ``target_neighbors``
+  (training targets averaged over nearby training inputs, or not) and its
+  ``alpha_share`` are chosen per task by the ACR on a validation split
+  carved from the training split (separate fits, :data:`CANDIDATES`), never
+  on the test split;
 - the same certificates without the selector's cap R1, i.e. what
   ``NoRegions`` reports with the selector as a plain search (at
   ``(1 - alpha_share) * alpha``): own-sigma guarantee, not sound for G;
@@ -36,6 +38,8 @@ time at equal classifier n.
 
 Usage: ``python benchmarks/bench_selector.py [--quick]``
 """
+
+import itertools
 
 import numpy as np
 import torch
@@ -56,9 +60,6 @@ from smoothsk.statistics import certified_radius
 from smoothsk.training import FixedSigmaTraining, GaussianNoise, PretrainFinetune
 
 RADII = RADII[::2]  # 0, 0.5, ..., 2: the synthetic task's radii reach 2
-#: PFAT's grid 0.25:0.25:1.0 (the demo's selector preset): the noise levels of the selector, of PFAT's training
-#: assignment and of its grid search; every level gets its own Cohen row.
-LEVELS = (0.25, 0.5, 0.75, 1.0)
 #: Noisy copies per input and batch in every row's training objective, GaussianNoise(COPIES): equal training
 #: compute for the fixed-sigma and the sample-wise rows.
 COPIES = 2
@@ -71,27 +72,42 @@ ASSIGN_N = 100
 #: The selector's training epochs (the demo preset's).
 SELECTOR_EPOCHS = 100
 #: Candidates chosen per task on a validation split carved from the training split (never the test split):
-#: the selector's noise (a refit of the selector only) and its alpha_share (no refit). The full run's validation
-#: ACR by (selector noise, alpha_share), 900 inputs fitted, 300 held out (random_state 1):
-#: - synthetic: (1, 0.1) 0.501, (1, 0.25) 0.502 (chosen), (1, 0.5) 0.501, (2, 0.1) 0.260, (2, 0.25) 0.272,
-#:   (2, 0.5) 0.282;
-#: - digits: (1, 0.1) 0.481, (1, 0.25) 0.480, (1, 0.5) 0.478, (2, 0.1) 0.484 (chosen), (2, 0.25) 0.483,
-#:   (2, 0.5) 0.480.
-#: Also tried on the synthetic validation split and rejected (ACR at alpha_share 0.25): selector noise 0.5
-#: (0.350), 300 selector epochs (0.414 at noise 1, 0.198 at noise 2), a FlatMLP(hidden=32) selector (0.454 at
-#: noise 1, 0.367 at noise 2), PFAT's assignment at 500 samples per level (0.251 at noise 0.5, 0.199 at 1) or at
-#: 2000 (0.316 at 0.5, 0.267 at 1, 0.291 at 2). What limits the selector: PFAT's targets (Eq. 5) are split
+#: - ``step``: the levels are the grid step:step:1.0, PFAT's training range and assignment grid (a refit of the
+#:   classifier), the selector's levels and its grid search's; every level gets its own Cohen row;
+#: - ``selector_sigma`` and ``target_neighbors`` of the selector (a refit of the selector only);
+#: - ``alpha_share`` (no refit).
+#: The full run's validation ACR by (step, selector noise, target_neighbors, alpha_share), 900 inputs fitted,
+#: 300 held out (random_state 1), all printed with the table; at the best alpha_share of each:
+#: - synthetic, step 0.25: noise 1 / 1.5 / 2 without neighbour targets 0.502 / 0.373 / 0.282, with 20
+#:   neighbours 0.533 / 0.561 / 0.552; step 0.125: without 0.250 / 0.201 / 0.124, with 20 0.573 / 0.604
+#:   (chosen, alpha_share 0.1; 0.604 at 0.25 too) / 0.352;
+#: - digits, step 0.25: noise 1 / 2 without 0.481 / 0.484 (chosen, alpha_share 0.1), with 20 0.474 / 0.484.
+#: From the exploration of the synthetic validation split before these candidates were fixed (alpha_share 0.25;
+#: step 0.25 unless said): without neighbour targets, PFAT's targets (Eq. 5) are split
 #: between levels that certify about the same radius (0.25 / 0.5 in the group of spacing 2, 0.75 / 1.0 in the
-#: group of spacing 4); where they are split the smoothed selector is not confident, R1 caps the radius or the
-#: selector abstains. The Cohen classifiers on the same validation split: 0.415 (0.25), 0.442 (0.5), 0.418
-#: (0.75), 0.353 (1.0); the best of them per margin group (0.18, 0.63, 1.69: 0.25, 0.25, 1.0) would give 0.582
-#: = 1.32x, the PFAT classifier at the levels its selector picks at most 0.569 (own-sigma, not sound for G).
-SELECTOR_SIGMAS = (1.0, 2.0)
-ALPHA_SHARES = (0.1, 0.25, 0.5)
+#: group of spacing 4); there the smoothed selector is not confident, R1 caps the radius or the selector
+#: abstains: 0.350 / 0.502 / 0.272 at selector noise 0.5 / 1 / 2; 300 selector epochs 0.414 / 0.198 at noise
+#: 1 / 2; a FlatMLP(hidden=32) selector 0.454 / 0.367; PFAT's assignment at 500 samples per level 0.251 / 0.199
+#: at noise 0.5 / 1, at 2000 0.316 / 0.267 / 0.291 at 0.5 / 1 / 2. With target_neighbors=20: 0.533 / 0.550 at
+#: noise 1 / 2; step 0.125: 0.572 / 0.604 / 0.350 at noise 1 / 1.5 / 2 (0.604 at 1.5 with 50 neighbours too).
+#: The Cohen classifiers on that split: 0.282, 0.415, 0.450, 0.442, 0.442, 0.418, 0.386, 0.353 at 0.125, 0.25,
+#: ..., 1.0.
+CANDIDATES = {
+    "synthetic": {"step": (0.25, 0.125), "selector_sigma": (1.0, 1.5, 2.0), "target_neighbors": (None, 20),
+                  "alpha_share": (0.1, 0.25, 0.5)},
+    # Fewer on the digits, where each selector fit and certification costs ten times more.
+    "digits": {"step": (0.25,), "selector_sigma": (1.0, 2.0), "target_neighbors": (None, 20),
+               "alpha_share": (0.1, 0.25, 0.5)},
+}
 
 
-def training_schedule(sigma, epochs):
-    """Keyword arguments of one row's training: Cohen at ``sigma``, or PFAT over :data:`LEVELS` for None.
+def grid(step, n):
+    """PFAT's grid search over the levels step:step:1.0 at ``n`` samples per level."""
+    return GridSigmaSearch(step, 1.0, step, n=n)
+
+
+def training_schedule(sigma, epochs, step):
+    """Keyword arguments of one row's training: Cohen at ``sigma``, or (None) PFAT over the levels step:step:1.0.
 
     Both use ``GaussianNoise(COPIES)`` for ``epochs`` epochs at learning rate
     :data:`LR`, dropped to a tenth after ``epochs // 2`` epochs (PFAT's
@@ -99,17 +115,17 @@ def training_schedule(sigma, epochs):
     """
     half = max(1, epochs // 2)
     if sigma is None:
-        grid = GridSigmaSearch(LEVELS[0], LEVELS[-1], LEVELS[1] - LEVELS[0], n=ASSIGN_N)
-        return {"training": PretrainFinetune(LEVELS[0], LEVELS[-1], pretrain_epochs=half, finetune_epochs=epochs - half,
-                                             finetune_lr=LR / 10, objective=GaussianNoise(COPIES), assignment=grid)}
+        return {"training": PretrainFinetune(step, 1.0, pretrain_epochs=half, finetune_epochs=epochs - half,
+                                             finetune_lr=LR / 10, objective=GaussianNoise(COPIES),
+                                             assignment=grid(step, ASSIGN_N))}
     return {"training": FixedSigmaTraining(sigma, GaussianNoise(COPIES)),
             "callbacks": [("lr_drop", LRScheduler(policy=MultiStepLR, milestones=[half], gamma=0.1))]}
 
 
-def make_classifier(module, module_params, epochs, n_cert, sigma, selector=None):
+def make_classifier(module, module_params, epochs, n_cert, sigma, selector=None, step=None):
     """An unfitted estimator of one task: Cohen at ``sigma``, or (None) PFAT with ``selector`` (same MLP, n)."""
     return SampleWiseSmoothedClassifier(
-        module, **module_params, **training_schedule(sigma, epochs),
+        module, **module_params, **training_schedule(sigma, epochs, step),
         sigma_search=FixedSigma(sigma) if selector is None else selector,
         sampler=FixedSampler(n=n_cert, n0=100), alpha=ALPHA, max_epochs=epochs, lr=LR,
         optimizer=torch.optim.SGD, optimizer__momentum=0.9, batch_size=64, certify_batch_size=2000,
@@ -142,28 +158,30 @@ def row(y, prediction, radius, details, seconds):
 def table_cells(key, values, bold, fixed_time):
     """The formatted cells of one row of the table (``values`` from :func:`row`); ``bold`` for the best fixed sigma."""
     seconds = values["seconds"]
-    return [f"**{key}** (best fixed)" if bold else key, values["training"], f"{values['train_seconds']:.0f}",
+    return [f"**{key}** (best fixed)" if bold else key, values["training"], f"{values['train_seconds']:.1f}",
             f"{values['acr']:.3f}", *(f"{a:.3f}" for a in values["curve"]),
             f"{values['sigma'].min():.2f}-{values['sigma'].max():.2f}", f"{values['sigma_samples']:.0f}",
             "-" if np.isnan(seconds) else f"{seconds:.1f}",
             "-" if np.isnan(seconds) else f"{seconds / fixed_time:.2f}", values["guarantee"]]
 
 
-def choose_selector(module, module_params, epochs, n_cert, selector, X_train, y_train, n_validation):
-    """The selector noise and alpha_share with the best ACR on a validation split of the training split.
+def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_train, y_train, n_validation):
+    """The levels and selector settings with the best ACR on a validation split of the training split.
 
-    PFAT's classifier is fitted once on the training split minus the
-    validation split; each candidate of :data:`SELECTOR_SIGMAS` refits the
-    selector on it, and each of :data:`ALPHA_SHARES` certifies the
+    PFAT's classifier is fitted on the training split minus the validation
+    split once per grid step; each selector noise and ``target_neighbors``
+    refits the selector on it, and each ``alpha_share`` certifies the
     validation split.
 
     Parameters
     ----------
     module : type
     module_params : dict
-    epochs, n_cert : int
-    selector : CertifiedSigmaSelector
-        The task's selector; its ``selector_sigma`` and ``alpha_share`` are chosen.
+    epochs, n_cert, n_sel : int
+        Training epochs, classifier samples, selector samples.
+    candidates : dict of str to tuple
+        The values to try of ``step`` and of the selector's
+        ``selector_sigma``, ``target_neighbors`` and ``alpha_share``.
     X_train : ndarray, shape (n_train, *input_shape)
     y_train : ndarray of int, shape (n_train,)
         Class indices (the labels of both tasks are 0 .. n_classes - 1).
@@ -172,47 +190,58 @@ def choose_selector(module, module_params, epochs, n_cert, selector, X_train, y_
 
     Returns
     -------
-    best : CertifiedSigmaSelector
-        ``selector`` with the chosen noise and share.
-    scores : dict of (float, float) to float
-        Validation ACR of each (selector noise, alpha_share).
+    step : float
+    selector : CertifiedSigmaSelector
+        With the chosen settings.
+    scores : dict of tuple to float
+        Validation ACR of each (step, selector_sigma, target_neighbors, alpha_share).
     """
     X_fit, X_val, y_fit, y_val = train_test_split(X_train, y_train, test_size=n_validation, stratify=y_train,
                                                   random_state=1)
-    candidates = [clone(selector).set_params(selector_sigma=selector_sigma) for selector_sigma in SELECTOR_SIGMAS]
-    clf = make_classifier(module, module_params, epochs, n_cert, None, candidates[0]).fit(X_fit, y_fit)
-    scores = {}
-    for i, selector_sigma in enumerate(SELECTOR_SIGMAS):
-        if i:  # the first candidate was fitted with the classifier
-            refit_selector(clf, candidates[i], X_fit, y_fit)
-        for share in ALPHA_SHARES:
-            clf.set_params(sigma_search=clone(selector).set_params(selector_sigma=selector_sigma, alpha_share=share))
-            prediction, radius = clf.certify(X_val)
-            scores[selector_sigma, share] = average_certified_radius(y_val, prediction, radius)
-    selector_sigma, share = max(scores, key=scores.get)
-    return clone(selector).set_params(selector_sigma=selector_sigma, alpha_share=share), scores
+    scores, selectors = {}, {}
+    for step in candidates["step"]:
+        clf = None
+        for selector_sigma, neighbors in itertools.product(candidates["selector_sigma"],
+                                                           candidates["target_neighbors"]):
+            selector = CertifiedSigmaSelector(
+                levels=tuple(grid(step, 1).grid_sigmas()), selector_sigma=selector_sigma, n=n_sel, n0=50,
+                selector_epochs=SELECTOR_EPOCHS, target_neighbors=neighbors)
+            if clf is None:  # the first selector is fitted with the classifier
+                clf = make_classifier(module, module_params, epochs, n_cert, None, selector, step).fit(X_fit, y_fit)
+            else:
+                refit_selector(clf, selector, X_fit, y_fit)
+            for share in candidates["alpha_share"]:
+                key = (step, selector_sigma, neighbors, share)
+                selectors[key] = clone(selector).set_params(alpha_share=share)
+                clf.set_params(sigma_search=selectors[key])
+                prediction, radius = clf.certify(X_val)
+                scores[key] = average_certified_radius(y_val, prediction, radius)
+    best = max(scores, key=scores.get)
+    return best[0], selectors[best], scores
 
 
-def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel):
+def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, candidates):
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=n_test, stratify=y, random_state=0)
-    selector = CertifiedSigmaSelector(levels=LEVELS, n=n_sel, n0=50, selector_epochs=SELECTOR_EPOCHS)
-    selector, scores = choose_selector(module, module_params, epochs, n_cert, selector, X_train, y_train, n_test)
+    step, selector, scores = choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_train,
+                                             y_train, n_test)
+    levels = selector.levels
     print(f"\n### {name}\n\n{len(X_train)} training inputs, {len(X_test)} test inputs; every classifier "
           f"{module.__name__}, {epochs} epochs, GaussianNoise({COPIES}), lr {LR} dropped to {LR / 10} after "
           f"{max(1, epochs // 2)}; classifier n={n_cert}, n0=100, alpha={ALPHA}. Selector: "
-          f"{selector.selector_epochs} epochs, n={selector.n}, n0={selector.n0}, noise {selector.selector_sigma}, "
-          f"alpha_share {selector.alpha_share}, chosen by validation ACR (selector noise, alpha_share): "
-          f"{', '.join(f'{k}: {v:.3f}' for k, v in scores.items())}.\n", flush=True)
+          f"{selector.selector_epochs} epochs, n={selector.n}, n0={selector.n0}; levels {step}:{step}:1.0, "
+          f"noise {selector.selector_sigma}, target_neighbors {selector.target_neighbors}, alpha_share "
+          f"{selector.alpha_share}, chosen by validation ACR (step, selector noise, target_neighbors, "
+          f"alpha_share): {', '.join(f'{k}: {v:.3f}' for k, v in scores.items())}.\n", flush=True)
     rows = {}
-    for s in LEVELS:
+    for s in levels:
         fixed = make_classifier(module, module_params, epochs, n_cert, s)
         train_seconds, _ = timed(fixed.fit, X_train, y_train)
         rows[f"Cohen, fixed sigma={s}"] = {**certify(fixed, FixedSigma(s), NoRegions(), X_test, y_test),
                                            "training": f"sigma {s}", "train_seconds": train_seconds}
     best_fixed = max(rows, key=lambda key: rows[key]["acr"])
-    clf = make_classifier(module, module_params, epochs, n_cert, None, selector)
+    clf = make_classifier(module, module_params, epochs, n_cert, None, selector, step)
     train_seconds, _ = timed(clf.fit, X_train, y_train)
-    pfat = {"training": f"PFAT {LEVELS[0]}:{LEVELS[1] - LEVELS[0]}:{LEVELS[-1]}", "train_seconds": train_seconds}
+    pfat = {"training": f"PFAT {step}:{step}:1.0", "train_seconds": train_seconds}
     sound = "CertifiedSigmaSelector (sound for G, stateless)"
     rows[sound] = {**certify(clf, selector, NoRegions(), X_test, y_test), **pfat,
                    "training": pfat["training"] + " + selector"}
@@ -226,9 +255,8 @@ def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel):
     own_row = {**rows[sound], **row(y_test, details.prediction, own, details, float("nan"))}
     own_row["guarantee"] = "g(., sigma(x)) at the input's own sigma (not G)"
     rows["NoRegions with the same selector (own-sigma guarantee, not sound for G)"] = own_row
-    grid = GridSigmaSearch(LEVELS[0], LEVELS[-1], LEVELS[1] - LEVELS[0], n=500)
     rows["PFAT grid search + OnlineBallAllocator (stateful)"] = {
-        **certify(clf, grid, OnlineBallAllocator(), X_test, y_test), **pfat}
+        **certify(clf, grid(step, 500), OnlineBallAllocator(), X_test, y_test), **pfat}
     # SemiElasticSigma learns only from the training inputs (no weights): fit it on the PFAT classifier as
     # fit would (a clone kept as sigma_search_), certify, then give the selector its fitted state back.
     semi_elastic = SemiElasticSigma(base_sigma=0.5, r=0.01, k=20)
@@ -236,7 +264,7 @@ def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel):
     rows["SemiElasticSigma base=0.5 r=0.01 k=20 (sound for G, stateless)"] = {
         **certify(clf, semi_elastic, NoRegions(), X_test, y_test), **pfat}
     clf.sigma_search_ = selector_state
-    fixed_time = float(np.median([rows[f"Cohen, fixed sigma={s}"]["seconds"] for s in LEVELS]))
+    fixed_time = float(np.median([rows[f"Cohen, fixed sigma={s}"]["seconds"] for s in levels]))
     header = ["method", "classifier trained with", "train s", "ACR", *(f"acc@{r}" for r in RADII), "sigma range",
               "selector samples / input", "certify s", "time / fixed", "guarantee"]
     markdown_table(header, [table_cells(key, values, key == best_fixed, fixed_time) for key, values in rows.items()])
@@ -251,12 +279,15 @@ def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel):
 def main():
     args = quick_parser(__doc__, "small smoke run (fewer inputs, epochs, samples)").parse_args()
     n_samples, n_test, epochs, n_cert, n_sel = (600, 60, 6, 500, 100) if args.quick else (1500, 300, 20, 2000, 400)
+    # --quick tries the first candidate of each setting only.
+    candidates = {task: {key: values[:1] if args.quick else values for key, values in settings.items()}
+                  for task, settings in CANDIDATES.items()}
     X, y = make_heterogeneous_margins(n_samples=n_samples, random_state=0)
     synthetic = run_task("make_heterogeneous_margins (256 dims, FlatMLP(hidden=128))", X, y, FlatMLP,
-                         {"module__hidden": 128}, epochs, n_test, n_cert, n_sel)
+                         {"module__hidden": 128}, epochs, n_test, n_cert, n_sel, candidates["synthetic"])
     X, y = load_digits_images()
     digits = run_task("digits (DigitsCNN(width=8))", X, y, DigitsCNN, {"module__width": 8}, epochs, n_test,
-                      n_cert, n_sel)
+                      n_cert, n_sel, candidates["digits"])
     print("\nTargets (wall times measured on a shared machine):")
     ratio, overhead, best = synthetic
     print(f"- synthetic: selector ACR / best fixed ({best}) = {ratio:.3f}x >= 1.3x -> "

@@ -105,16 +105,8 @@ def best_sigma_index(engine, X, sigmas, n, alpha, y=None):
 
     Parameters
     ----------
-    engine : MonteCarloEngine
-    X : torch.Tensor, shape (n_inputs, *input_shape)
-    sigmas : ndarray of float, shape (n_sigmas,)
-        Candidate noise levels.
-    n : int
-        Noisy samples per input and sigma.
-    alpha : float
-        Failure probability of each bound.
-    y : ndarray of int, shape (n_inputs,), optional
-        Class indices.
+    engine, X, sigmas, n, alpha, y
+        As in :func:`sigma_radii`.
 
     Returns
     -------
