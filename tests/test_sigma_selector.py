@@ -228,6 +228,32 @@ class TestFit:
         majority = np.bincount(fitted.train_levels_).max() / len(X)
         assert (learned == fitted.train_levels_).mean() > majority
 
+    def test_target_neighbors_make_nearby_targets_agree(self):
+        # Slab inputs: which of the levels certifies the largest radius varies from input to input (its
+        # distance to the slab's edges) and, near the edges, with the Monte Carlo noise of the assignment.
+        rng = np.random.default_rng(0)
+        X = np.column_stack([rng.uniform(-2, 2, 400), rng.uniform(-1, 1, 400)]).astype(np.float32)
+        y = (np.abs(X[:, 0]) < 1).astype(int)
+
+        def targets(k):
+            search = CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), n=100, selector_epochs=0, target_neighbors=k)
+            return SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=search, random_state=0,
+                                                certify_batch_size=1000).fit(X, y).sigma_search_.train_levels_
+
+        def agreement(levels):
+            """Fraction of inputs whose target is the most common target of their 10 nearest inputs."""
+            nearest = np.argsort(((X[:, None] - X[None]) ** 2).sum(axis=2), axis=1)[:, :10]
+            common = np.array([np.bincount(row).argmax() for row in levels[nearest]])
+            return (levels == common).mean()
+
+        own = targets(None)
+        assert len(np.unique(own)) > 1
+        # One neighbour is the input itself: its own best level.
+        np.testing.assert_array_equal(targets(1), own)
+        # More neighbours: targets agree more with those of nearby inputs; all of them: one level for all.
+        assert agreement(targets(25)) > agreement(own)
+        assert len(np.unique(targets(len(X)))) == 1
+
     def test_default_selector_is_the_classifier_class_with_k_outputs(self):
         search = CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), n=100, selector_epochs=1)
         X = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
@@ -273,6 +299,7 @@ class TestValidation:
         ({"alpha_share": 1.0}, "alpha_share"),
         ({"n": 0}, "'n' parameter"),
         ({"selector_sigma": 0.0}, "selector_sigma"),
+        ({"target_neighbors": 0}, "'target_neighbors' parameter"),
     ])
     def test_bad_parameters_are_refused_before_training(self, params, message):
         clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0,

@@ -99,13 +99,32 @@ class GridSigmaSearch(BaseSigmaSearch):
 def best_sigma_index(engine, X, sigmas, n, alpha, y=None):
     """Index of the noise level with the largest estimated radius, per input (PFAT Eq. 5 and 7).
 
+    The first maximum over the levels of :func:`sigma_radii`: ties,
+    including inputs whose radius is 0 everywhere, go to the first sigma of
+    ``sigmas``.
+
+    Parameters
+    ----------
+    engine, X, sigmas, n, alpha, y
+        As in :func:`sigma_radii`.
+
+    Returns
+    -------
+    best : ndarray of int, shape (n_inputs,)
+        Index into ``sigmas``.
+    """
+    return sigma_radii(engine, X, sigmas, n, alpha, y).argmax(axis=0)  # Eq. 7 (first maximum among ties)
+
+
+def sigma_radii(engine, X, sigmas, n, alpha, y=None):
+    """Estimated radius of each input at each noise level (PFAT Eq. 2; with labels Eq. 5).
+
     Each input's radius at each sigma is CERTIFY's ``sigma * PhiInv(p_lower)``
     of the top class of ``n`` noisy samples (one-sided Clopper-Pearson bound
     at level ``alpha``); with labels, 0 where the top class is not the
     label (Eq. 5). All inputs are sampled together at each sigma, with the
     same standard-normal draws at every sigma (one engine stage,
-    ``(SEARCH_STAGE,)``: common random numbers). Ties, including inputs whose
-    radius is 0 everywhere, go to the first sigma of ``sigmas``.
+    ``(SEARCH_STAGE,)``: common random numbers).
 
     Parameters
     ----------
@@ -122,8 +141,8 @@ def best_sigma_index(engine, X, sigmas, n, alpha, y=None):
 
     Returns
     -------
-    best : ndarray of int, shape (n_inputs,)
-        Index into ``sigmas``.
+    radius : ndarray of float, shape (n_sigmas, n_inputs)
+        ``radius[g, i]``: input ``i``'s estimated radius at ``sigmas[g]``.
     """
     n_inputs = len(X)
     n_samples = np.full(n_inputs, n, dtype=np.int64)
@@ -132,4 +151,4 @@ def best_sigma_index(engine, X, sigmas, n, alpha, y=None):
         # One stage for all sigmas: common random numbers across sigmas.
         counts = engine.class_counts(X, np.full(n_inputs, sigma), n_samples, (SEARCH_STAGE,))
         radius[g] = top_class_radius(counts, n_samples, sigma, alpha, y)  # Eq. 2; with labels Eq. 5
-    return radius.argmax(axis=0)  # Eq. 7 (first maximum: the first sigma among ties)
+    return radius

@@ -6,6 +6,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from sklearn.exceptions import NotFittedError
+from sklearn.neighbors import NearestNeighbors
 
 from .._constraints import Interval
 from .._modes import evaluating
@@ -26,7 +27,7 @@ from ..statistics import binomial_abstains, certified_radius
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
 from ._fgss import MultiStartFGSS
 from ._fixed import FixedSigma
-from ._grid import GridSigmaSearch, best_sigma_index
+from ._grid import GridSigmaSearch, sigma_radii
 
 #: Monte Carlo samples per level and failure probability of the labelled level
 #: assignment that makes the selector's training targets (PFAT Eq. 5, App. A.1).
@@ -122,6 +123,15 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     with the estimator's optimizer, learning rate and batch size, for
     ``selector_epochs`` epochs.
 
+    With ``target_neighbors=k`` each sample's target is instead the level
+    with the largest estimated radius averaged over its ``k`` nearest
+    training inputs (Euclidean, itself included; always from the selector's
+    own assignment, never PFAT's): where neighbouring inputs' best levels are
+    split between levels that certify about the same radius, the targets
+    then agree on one level, which the smoothed selector can learn with
+    confidence (a large ``p1``, so ``R1`` does not cap the radius). Only the
+    training targets change; the guarantee above holds for any selector.
+
     Parameters
     ----------
     levels : array-like of float, shape (K,), or None, default=None
@@ -157,6 +167,11 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     selector_epochs : int or None, default=None
         Training epochs of the selector; None means the estimator's
         ``max_epochs``.
+    target_neighbors : int or None, default=None
+        Number of nearest training inputs whose estimated radii are
+        averaged for each training target (above); None takes each
+        sample's own best level. The neighbour search costs
+        ``O(n_train^2 d)`` (scikit-learn ``NearestNeighbors``).
 
     Attributes
     ----------
@@ -191,11 +206,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         "n0": [Interval(Integral, 1, None, closed="left")],
         "alpha_share": [Interval(Real, 0, 1, closed="neither")],
         "selector_epochs": [Interval(Integral, 0, None, closed="left"), None],
+        "target_neighbors": [Interval(Integral, 1, None, closed="left"), None],
     }
     _refit_free_parameters = ("n", "n0", "alpha_share")
 
     def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=0.25, n=10_000, n0=100,
-                 alpha_share=0.5, selector_epochs=None):
+                 alpha_share=0.5, selector_epochs=None, target_neighbors=None):
         self.levels = levels
         self.selector = selector
         self.fit_selector = fit_selector
@@ -204,6 +220,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         self.n0 = n0
         self.alpha_share = alpha_share
         self.selector_epochs = selector_epochs
+        self.target_neighbors = target_neighbors
 
     def _check_consistency(self):
         if self.levels is not None:
@@ -254,10 +271,15 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         return self
 
     def _training_targets(self, estimator, X, y):
-        """Each training sample's best level (PFAT Eq. 5 over ``levels_``), as an index into ``levels_``."""
+        """Each training sample's best level (PFAT Eq. 5 over ``levels_``), as an index into ``levels_``.
+
+        With ``target_neighbors``, the best level of the radii averaged over
+        the sample's nearest training inputs.
+        """
         assignment = getattr(estimator.training_, "assignment_", None)
         train_sigmas = getattr(estimator, "train_sigmas_", None)
-        if (isinstance(assignment, GridSigmaSearch) and train_sigmas is not None and len(train_sigmas) == len(X)
+        if (self.target_neighbors is None and isinstance(assignment, GridSigmaSearch) and train_sigmas is not None
+                and len(train_sigmas) == len(X)
                 and np.array_equal(np.sort(assignment.grid_sigmas()), np.sort(self.levels_))):
             # The schedule's own assignment is this one: reuse it.
             match = np.isclose(train_sigmas[:, None], self.levels_[None, :], rtol=0, atol=1e-9)
@@ -267,7 +289,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                                   estimator.device, estimator.n_jobs,
                                   root_seed=estimator._seed(SELECTOR_ASSIGNMENT_SALT))
         with evaluating(estimator.module_):
-            return best_sigma_index(engine, X, self.levels_, _ASSIGN_SAMPLES, _ASSIGN_ALPHA, y.cpu().numpy())
+            radius = sigma_radii(engine, X, self.levels_, _ASSIGN_SAMPLES, _ASSIGN_ALPHA, y.cpu().numpy())
+        if self.target_neighbors is not None:
+            flat = X.reshape(len(X), -1).cpu().numpy()
+            neighbors = NearestNeighbors(n_neighbors=min(self.target_neighbors, len(X))).fit(flat)
+            radius = radius[:, neighbors.kneighbors(flat, return_distance=False)].mean(axis=2)  # (K, n_train)
+        return radius.argmax(axis=0)  # PFAT Eq. 5 / best_sigma_index: the first level among ties
 
     def _build_module(self, estimator, X, n_levels):
         """The selector to train: given, the classifier's class with K outputs, or a FlatMLP."""
