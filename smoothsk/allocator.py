@@ -22,31 +22,47 @@ __all__ = ["keep_freed_memory"]
 #: ``mallopt`` parameters of glibc's malloc.h.
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-#: Freed memory kept, and the largest block allocated on the heap rather than mapped (bytes).
-THRESHOLD = 1 << 30
-#: Environment variables with which a user sets glibc's thresholds; their choice is kept.
+#: Largest block allocated on the heap rather than mapped (bytes); older glibc (before 2.35) refuses more
+#: than 32 MiB on 64-bit systems, and then gets that.
+MMAP_THRESHOLDS = (1 << 30, 32 << 20)
+#: Freed memory at the top of the heap kept for the next allocation rather than trimmed (bytes).
+TRIM_THRESHOLD = 1 << 30
+#: Environment variables with which a user sets glibc's malloc; their choice is kept.
 _USER_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
 
 
+def _user_sets_malloc():
+    return (any(name in os.environ for name in _USER_SETTINGS)
+            or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""))
+
+
 def keep_freed_memory():
-    """Keep freed memory in this process (glibc's trim and mmap thresholds raised to 1 GiB).
+    """Keep freed memory in this process (glibc's mmap and trim thresholds raised).
 
     Changes how fast the model runs on the CPU, never what it computes: no
-    count or certificate depends on it. The process keeps the memory of its
-    largest batch until it exits, instead of handing it back to the kernel
-    after every batch.
+    count or certificate depends on it. Freed memory stays with the process
+    until it exits instead of going back to the kernel after every batch:
+    about the largest batch's memory per thread that runs the model (each
+    thread's heap keeps its own). Buffers larger than a thread's heap (64 MiB
+    outside the main thread) are still mapped afresh.
+
+    The mmap threshold is set first (1 GiB, or 32 MiB where glibc refuses
+    more); the trim threshold only once that succeeded, since setting either
+    one switches off glibc's adaptive mmap threshold.
 
     Returns
     -------
     bool
-        True if the thresholds were raised; False, with nothing changed,
-        where the C library is not glibc or where the environment already sets
-        one of glibc's ``MALLOC_*_THRESHOLD_`` / ``MALLOC_TOP_PAD_`` variables.
+        True if both thresholds were raised; False, with nothing changed,
+        where the C library is not glibc, where glibc refuses both mmap
+        thresholds, or where the environment already sets glibc's malloc
+        (``MALLOC_*_THRESHOLD_``, ``MALLOC_TOP_PAD_`` or ``glibc.malloc.*``
+        in ``GLIBC_TUNABLES``).
     """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    if any(name in os.environ for name in _USER_SETTINGS):
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or _user_sets_malloc():
         return False
     mallopt = ctypes.CDLL(None).mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return bool(mallopt(_M_TRIM_THRESHOLD, THRESHOLD)) and bool(mallopt(_M_MMAP_THRESHOLD, THRESHOLD))
+    if not any(mallopt(_M_MMAP_THRESHOLD, threshold) for threshold in MMAP_THRESHOLDS):
+        return False
+    return bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -159,8 +159,9 @@ class MonteCarloEngine:
     n_classes : int
         Number of classes the module scores.
     batch_size : int
-        Noisy copies per forward pass; bounds the memory used (the CPU holds
-        the noise of two batches: the one running and the next).
+        Noisy copies per forward pass; bounds the memory used (on the CPU
+        each worker holds the noise of two batches: the one running and the
+        next).
     device : str or torch.device
         Where noise is drawn and the module runs.
     n_jobs : int or None

@@ -43,12 +43,16 @@ def test_freed_buffers_are_reused_instead_of_faulted_in_again():
     changed, faults = page_faults("default")
     assert not changed and faults >= 10 * pages  # every round maps and faults its buffer afresh
     changed, faults = page_faults("keep")
-    assert changed and faults < pages  # the warm-up rounds' memory serves all ten
+    # The warm-up rounds' memory serves the ten rounds (glibc may fault one buffer in once more while its
+    # heap settles): at most a fifth of the default's faults.
+    assert changed and faults <= 2 * pages
 
 
 @glibc_only
-def test_a_users_own_malloc_settings_are_kept(monkeypatch):
-    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+@pytest.mark.parametrize("name, value", [("MALLOC_TRIM_THRESHOLD_", "131072"),
+                                         ("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=131072")])
+def test_a_users_own_malloc_settings_are_kept(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
     assert keep_freed_memory() is False
 
 
@@ -60,3 +64,31 @@ def test_the_command_keeps_freed_memory_and_main_does_not(monkeypatch, tmp_path)
     assert cli.main(arguments) == 2 and calls == []
     monkeypatch.setattr(sys, "argv", ["smoothsk", *arguments])
     assert cli.console_script() == 2 and calls == [True]
+
+
+class FakeMallopt:
+    """glibc's mallopt that refuses mmap thresholds above ``mmap_limit``; records (parameter, value) calls."""
+
+    def __init__(self, mmap_limit):
+        self.mmap_limit, self.calls, self.argtypes = mmap_limit, [], None
+
+    def __call__(self, parameter, value):
+        self.calls.append((parameter, value))
+        return int(parameter != -3 or value <= self.mmap_limit)
+
+
+@glibc_only
+@pytest.mark.parametrize("mmap_limit, expected", [
+    (1 << 30, ([(-3, 1 << 30), (-1, 1 << 30)], True)),  # glibc 2.35 and later
+    (32 << 20, ([(-3, 1 << 30), (-3, 32 << 20), (-1, 1 << 30)], True)),  # older glibc: at most 32 MiB
+    (0, ([(-3, 1 << 30), (-3, 32 << 20)], False)),  # refused: the trim threshold is left alone
+])
+def test_the_mmap_threshold_is_set_first_and_the_trim_threshold_only_after_it(monkeypatch, mmap_limit, expected):
+    # Setting either threshold switches off glibc's adaptive mmap threshold: a trim threshold set alone
+    # would leave every buffer over 128 KiB mapped afresh, slower than the defaults.
+    fake = FakeMallopt(mmap_limit)
+    monkeypatch.setattr("smoothsk.allocator.ctypes.CDLL", lambda name: type("Libc", (), {"mallopt": fake}))
+    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES"):
+        monkeypatch.delenv(name, raising=False)
+    calls, changed = expected
+    assert keep_freed_memory() is changed and fake.calls == calls
