@@ -32,6 +32,7 @@ import torch
 from _common import quick_parser, table_header, table_row, timed
 
 from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.allocator import keep_freed_memory
 from smoothsk.datasets import load_digits_images
 from smoothsk.models import DigitsCNN
 from smoothsk.regions import NoRegions, OnlineBallAllocator
@@ -73,6 +74,8 @@ def run(clf, X, repeats, folder):
 def main():
     args = quick_parser(__doc__, "fewer inputs and samples, two repeats (a smoke run)").parse_args()
     torch.set_num_threads(1)
+    # As the smoothsk command does: at glibc's defaults, page faults move each call's time by up to a third.
+    keep_freed_memory()
     n_inputs, n, repeats = (100, 200, 2) if args.quick else (400, 1000, 5)
     X, y = load_digits_images()
     print(f"{n_inputs} digits, n = {n:,}, n0 = 100, checkpoint_every = {CHECKPOINT_EVERY}, one torch thread, "

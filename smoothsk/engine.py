@@ -28,8 +28,6 @@ summed) or the subset of rows being sampled (:meth:`MonteCarloEngine.restricted`
 
 import copy
 import warnings
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -159,9 +157,7 @@ class MonteCarloEngine:
     n_classes : int
         Number of classes the module scores.
     batch_size : int
-        Noisy copies per forward pass; bounds the memory used (on the CPU
-        each worker holds the noise of two batches: the one running and the
-        next).
+        Noisy copies per forward pass; bounds the memory used.
     device : str or torch.device
         Where noise is drawn and the module runs.
     n_jobs : int or None
@@ -178,8 +174,6 @@ class MonteCarloEngine:
 
     Notes
     -----
-    On the CPU a second thread draws the next batch's noise while the module
-    runs on the current one, so the noise costs no time where a core is free.
     On an accelerator (any device but the CPU) the noise is drawn and the
     counts are reduced on the device, with no host synchronisation per batch
     (the counts come back once per call and worker); 4-D inputs go through
@@ -419,64 +413,43 @@ class MonteCarloEngine:
         accumulator = torch.zeros((last - first + 1) * self.n_classes,
                                   dtype=torch.float64 if soft else torch.int64, device=self.device)
         accelerated = self._accelerated()
+        noise = torch.empty((min(self.batch_size, total),) + tuple(X.shape[1:]), dtype=X.dtype, device=self.device,
+                            memory_format=torch.channels_last if accelerated and X.dim() == 4
+                            else torch.contiguous_format)
+        ones = torch.ones(len(noise), dtype=torch.int64, device=self.device)
         source = _NoiseSource(key, X.shape[1:], X.dtype, self.device, accelerated)
-        # On the CPU a second thread draws the next batch's noise (numpy releases the GIL) while the
-        # module runs on this one, into the other of two buffers: the noise costs no time where a core
-        # is free. The noise of each copy is the same either way.
-        prefetch = source.on_cpu and len(batch_starts) > 1
-        buffers = [torch.empty((min(self.batch_size, total),) + tuple(X.shape[1:]), dtype=X.dtype,
-                               device=self.device,
-                               memory_format=torch.channels_last if accelerated and X.dim() == 4
-                               else torch.contiguous_format) for _ in range(2 if prefetch else 1)]
-        ones = torch.ones(len(buffers[0]), dtype=torch.int64, device=self.device)
-
-        @torch.inference_mode()
-        def draw(index):
-            """Noise of batch ``index`` into its buffer: (batch_start, batch_end, lo, hi, noise)."""
-            batch_start = int(batch_starts[index])
+        for batch_start in batch_starts:
+            batch_start = int(batch_start)
             batch_end = min(batch_start + self.batch_size, total)
             # Inputs touched by this batch and the copies of each one it holds.
             lo = int(np.searchsorted(ends, batch_start, side="right"))
             hi = int(np.searchsorted(ends, batch_end - 1, side="right")) + 1
             copy_begin = np.maximum(starts[lo:hi], batch_start) - starts[lo:hi]
             copy_end = np.minimum(ends[lo:hi], batch_end) - starts[lo:hi]
-            batch_noise = buffers[index % len(buffers)][:batch_end - batch_start]
+            batch_noise = noise[:batch_end - batch_start]
             filled = 0
             for input_id, begin, end in zip(input_ids[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist()):
                 if end > begin:
                     source.fill(batch_noise[filled:filled + end - begin], input_id, begin, end)
                     filled += end - begin
-            return batch_start, batch_end, lo, hi, batch_noise
-
-        with ThreadPoolExecutor(max_workers=1) if prefetch else nullcontext() as pool:
-            pending = pool.submit(draw, 0) if prefetch else None
-            for index in range(len(batch_starts)):
-                if prefetch:
-                    batch_start, batch_end, lo, hi, batch_noise = pending.result()
-                    if index + 1 < len(batch_starts):
-                        # Batch index + 1 uses the other buffer, free since batch index - 1 ran.
-                        pending = pool.submit(draw, index + 1)
-                else:
-                    batch_start, batch_end, lo, hi, batch_noise = draw(index)
-                if hi - lo == 1:
-                    slot = torch.zeros((), dtype=torch.int64, device=self.device)
-                    noisy = batch_noise.mul_(sigma[lo]).add_(X[lo])
-                else:
-                    owner = torch.searchsorted(ends_t, torch.arange(batch_start, batch_end, device=self.device),
-                                               right=True)
-                    slot = (owner - lo) * self.n_classes
-                    scale = sigma[owner].view((-1,) + (1,) * (X.dim() - 1))
-                    noisy = batch_noise.mul_(scale).add_(X[owner])
-                with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
-                    logits = self.module(noisy)
-                window = accumulator[(lo - first) * self.n_classes:(hi - first) * self.n_classes]
-                if soft:
-                    cells = (slot.view(-1, 1) + torch.arange(self.n_classes, device=self.device)).expand(len(noisy),
-                                                                                                        -1)
-                    window.index_add_(0, cells.reshape(-1), torch.softmax(logits.double(), dim=1).view(-1))
-                else:
-                    # index_add_ rather than bincount, which synchronises with the host on CUDA.
-                    window.index_add_(0, slot + logits.argmax(dim=1), ones[:len(noisy)])
-                if self.progress is not None:
-                    self.progress.update(batch_end - batch_start)
+            if hi - lo == 1:
+                slot = torch.zeros((), dtype=torch.int64, device=self.device)
+                noisy = batch_noise.mul_(sigma[lo]).add_(X[lo])
+            else:
+                owner = torch.searchsorted(ends_t, torch.arange(batch_start, batch_end, device=self.device),
+                                           right=True)
+                slot = (owner - lo) * self.n_classes
+                scale = sigma[owner].view((-1,) + (1,) * (X.dim() - 1))
+                noisy = batch_noise.mul_(scale).add_(X[owner])
+            with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+                logits = self.module(noisy)
+            window = accumulator[(lo - first) * self.n_classes:(hi - first) * self.n_classes]
+            if soft:
+                cells = (slot.view(-1, 1) + torch.arange(self.n_classes, device=self.device)).expand(len(noisy), -1)
+                window.index_add_(0, cells.reshape(-1), torch.softmax(logits.double(), dim=1).view(-1))
+            else:
+                # index_add_ rather than bincount, which synchronises with the host on CUDA.
+                window.index_add_(0, slot + logits.argmax(dim=1), ones[:len(noisy)])
+            if self.progress is not None:
+                self.progress.update(batch_end - batch_start)
         return first, accumulator.view(-1, self.n_classes).cpu().numpy()

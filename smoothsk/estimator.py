@@ -75,9 +75,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     alpha : float, default=0.001
         Failure probability of each certificate and of each ``predict``.
     certify_batch_size : int, default=256
-        Noisy copies per forward pass when sampling; bounds the memory used
-        (on the CPU, two batches of noise per worker: the one running and the
-        next).
+        Noisy copies per forward pass when sampling; bounds the memory used.
         Certificates do not depend on it. On a CPU, batches whose activations
         stay in cache run fastest; on a GPU, small models want larger batches.
     certify_autocast : {"bfloat16", "float16"} or None, default=None
