@@ -11,8 +11,10 @@ Needs at least 2 free CPU cores to be meaningful.
 
 Run ``python benchmarks/bench_cluster.py`` (``--quick`` for a smoke run;
 ``--keep-freed-memory`` runs :func:`smoothsk.allocator.keep_freed_memory` on
-every worker, which removes the page faults both workers would otherwise
-contend for in the kernel).
+every running worker; glibc's ``MALLOC_MMAP_THRESHOLD_`` and
+``MALLOC_TRIM_THRESHOLD_`` in the environment, which the workers inherit, are
+what removed the page faults both workers contend for in our measurements,
+see docs/scaling.md).
 """
 
 import joblib
