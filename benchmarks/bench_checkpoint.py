@@ -89,7 +89,7 @@ def main():
         clf.certify(X[1000:1004])  # warm-up
         with tempfile.TemporaryDirectory() as folder:
             plain, checkpointed, identical = run(clf, X[1000:1000 + n_inputs], repeats, folder)
-        identical = "n/a (stateful)" if "stateful" in name else str(identical)
+        identical = str(identical) if params["allocator"].stateless else "n/a (stateful)"
         overhead = checkpointed / plain - 1
         median = float(np.median(overhead))
         table_row([name, f"{np.median(plain):.2f}", f"{np.median(checkpointed):.2f}", f"{median:+.1%}",
