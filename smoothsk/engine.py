@@ -6,27 +6,44 @@ across inputs (a batch may hold the last copies of one input and the first of
 the next) and reduces the model's outputs to class counts or mean softmax.
 
 Reproducibility does not depend on how the work is split. The noise of copy
-``j`` of an input is row ``j % NOISE_BLOCK`` of noise block ``j // NOISE_BLOCK``
-of a stream that depends only on the root seed, the sampling stage and the
-input's 64-bit identifier: by default its position in the caller's input
-array, or any identifier the caller supplies (:meth:`MonteCarloEngine.keyed_by`;
-the estimator uses a hash of the input's values). On the CPU a block is drawn
-by a Philox generator whose 128-bit key is (stage key, identifier) and whose
-counter starts at the block index in its highest word, so no two (stage,
-input, block) triples share a stream; on other devices by the device's
-generator seeded with a 64-bit hash of the triple (the "accelerator path",
-which the private switch ``MonteCarloEngine._accelerator_path`` also takes on
-the CPU, so that the CPU test suite runs it). The CPU does not use its torch
-generator, although it draws about three times faster than numpy's Philox:
-it keeps only the low 32 bits of a seed, so among the ~2**16 blocks of a large
-run two would share their noise, and one input's samples could repeat a block
-(a dependence Clopper-Pearson does not allow). The counts of an input are
-therefore the same whatever the batch size, the other inputs in a batch,
-``n_jobs`` (workers take contiguous runs of batches and their counts are
-summed) or the subset of rows being sampled (:meth:`MonteCarloEngine.restricted`).
+``j`` of an input is a function of the root seed, the sampling stage, the
+input's 64-bit identifier and ``j`` only. The identifier is by default the
+input's position in the caller's input array, or any identifier the caller
+supplies (:meth:`MonteCarloEngine.keyed_by`; the estimator uses a hash of the
+input's values).
+
+On the CPU each (stage, input) pair has a stream of its own: a Philox-4x64
+counter generator (numpy's) whose 128-bit key is (stage key, identifier), so
+no two pairs share a stream and, the stream being counter-based, copy ``j``
+reads the words ``j * W .. (j + 1) * W - 1`` of it directly, without
+drawing what comes before (``W`` words of 64 bits per copy: one per pair of
+noise values in float32 and lower precisions, two in float64). The words
+become standard normals by the Box-Muller transform, vectorised over the
+whole batch: a pair of uniforms (u, v), u in (0, 1] with 32-bit resolution
+(53 in float64) and v an angle, gives the independent pair
+``sqrt(-2 log u) * (cos 2 pi v, sin 2 pi v)``; the first half of a copy's
+values are the cosines, the second half the sines. The transform is exact
+except that u's resolution truncates |noise| at 6.77 (float32: a pair exceeds
+it with probability 2**-33 under a true Gaussian; the GPU's cuRAND has the same
+32-bit resolution, torch's CPU ``normal_`` has 24 bits, a cut at 5.9); the user
+guide discusses what float arithmetic means for the certificates.
+
+On other devices a block of ``NOISE_BLOCK`` copies is drawn by the device's
+generator seeded with a 64-bit hash of (stage, input, block): the
+"accelerator path", which the private switch
+``MonteCarloEngine._accelerator_path`` also takes on the CPU, so that the CPU
+test suite runs it. The CPU does not use its torch generator, although its
+``normal_`` is fast: it keeps only the low 32 bits of a seed, so among the
+~2**16 blocks of a large run two would share their noise, and one input's
+samples could repeat a block (a dependence Clopper-Pearson does not allow).
+The counts of an input are therefore the same whatever the batch size, the
+other inputs in a batch, ``n_jobs`` (workers take contiguous runs of batches
+and their counts are summed) or the subset of rows being sampled
+(:meth:`MonteCarloEngine.restricted`).
 """
 
 import copy
+import math
 import warnings
 
 import numpy as np
@@ -35,8 +52,13 @@ from joblib import Parallel, delayed, effective_n_jobs
 
 __all__ = ["MonteCarloEngine", "NOISE_BLOCK", "stage_key"]
 
-#: Noisy copies per noise block (the unit of seeding, independent of the batch size).
+#: Noisy copies per noise block (the unit of seeding on accelerators, independent of the batch size).
 NOISE_BLOCK = 128
+
+#: Pairs of noise values one Box-Muller pass transforms at most (bounds its temporaries to a few MB).
+_PAIRS_PER_PASS = 1 << 18
+
+_MASK32 = (1 << 32) - 1
 
 _MASK64 = (1 << 64) - 1
 
@@ -92,8 +114,14 @@ class _NoiseSource:
         self.input_shape = tuple(input_shape)
         self.on_cpu = device.type == "cpu" and not accelerator_path
         if self.on_cpu:
-            self.numpy_dtype = np.float64 if dtype == torch.float64 else np.float32
-            self.direct = dtype in (torch.float32, torch.float64)
+            self.size = math.prod(self.input_shape)
+            self.pairs = (self.size + 1) // 2
+            self.wide = dtype == torch.float64
+            self.compute_dtype = torch.float64 if self.wide else torch.float32
+            # Direct: the transform writes into the batch, whose copies are whole pairs in the compute dtype.
+            self.direct = dtype == self.compute_dtype and self.size % 2 == 0
+            self.words_per_copy = self.pairs * (2 if self.wide else 1)
+            self.words = np.empty(0, dtype=np.uint64)
         else:
             self.generator = torch.Generator(device=device)
             self.scratch = torch.empty((NOISE_BLOCK,) + self.input_shape, dtype=dtype, device=device)
@@ -111,39 +139,89 @@ class _NoiseSource:
         begin, end : int
             Copy indices of the input.
         """
+        self.fill_segments(out, [(input_id, begin, end)])
+
+    def fill_segments(self, out, segments):
+        """Write the noise of consecutive segments of copies into ``out``, one after another.
+
+        Parameters
+        ----------
+        out : torch.Tensor, shape (n_copies, *input_shape)
+            Contiguous destination; ``n_copies`` is the total length of the segments.
+        segments : list of (int, int, int)
+            ``(input_id, begin, end)``: copies ``begin .. end - 1`` of the input ``input_id``.
+        """
+        if not self.on_cpu:
+            written = 0
+            for input_id, begin, end in segments:
+                self._fill_blocks(out[written:written + end - begin], input_id, begin, end)
+                written += end - begin
+            return
+        n_words = len(out) * self.words_per_copy
+        if len(self.words) < n_words:
+            self.words = np.empty(n_words, dtype=np.uint64)
+        written = 0
+        for input_id, begin, end in segments:
+            first, count = begin * self.words_per_copy, (end - begin) * self.words_per_copy
+            # A Philox counter value gives 4 words: start at the one holding word ``first``.
+            bits = np.random.Philox(key=self.key | (int(input_id) << 64), counter=first // 4)
+            self.words[written:written + count] = bits.random_raw(first % 4 + count)[first % 4:]
+            written += count
+        words = torch.from_numpy(self.words[:n_words].view(np.int64)).view(len(out), -1)
+        rows_per_pass = max(1, _PAIRS_PER_PASS // self.pairs)
+        for row in range(0, len(out), rows_per_pass):
+            self._box_muller(out[row:row + rows_per_pass], words[row:row + rows_per_pass])
+
+    def _box_muller(self, out, words):
+        """Standard normals of shape ``out.shape`` from 64-bit words of shape (len(out), words_per_copy)."""
+        if self.direct:
+            halves = out.view(len(out), 2, self.pairs)
+        else:
+            halves = torch.empty((len(out), 2, self.pairs), dtype=self.compute_dtype)
+        # Each pair's angle in both halves, the second shifted by a quarter turn
+        # (sin t = cos(t - pi / 2)), so that one cosine covers the whole batch.
+        if self.wide:
+            # Two words per pair, 53 bits of each.
+            words = words.view(len(out), self.pairs, 2)
+            u = ((words[..., 0] >> 11) & ((1 << 53) - 1)).to(torch.float64).add_(0.5).mul_(2.0 ** -53)
+            halves[:, 0].copy_(words[..., 1] >> 11)
+            turn = 2 * math.pi * 2.0 ** -53
+        else:
+            # One word per pair: its low 32 bits give u, its high 32 bits (a signed
+            # value, uniform over [-2**31, 2**31)) an angle uniform over [-pi, pi).
+            u = (words & _MASK32).to(torch.float32).add_(0.5).mul_(2.0 ** -32)
+            halves[:, 0].copy_(words >> 32)
+            turn = 2 * math.pi * 2.0 ** -32
+        halves[:, 0].mul_(turn)
+        torch.sub(halves[:, 0], math.pi / 2, out=halves[:, 1])
+        halves.cos_().mul_(u.log_().mul_(-2.0).sqrt_().unsqueeze(1))
+        if not self.direct:
+            out.view(len(out), -1).copy_(halves.view(len(out), -1)[:, :self.size])
+
+    def _fill_blocks(self, out, input_id, begin, end):
+        """The accelerator path: copies ``begin .. end - 1`` from the input's noise blocks."""
         written = 0
         for block in range(begin // NOISE_BLOCK, (end - 1) // NOISE_BLOCK + 1):
             block_begin = max(begin, block * NOISE_BLOCK)
             block_end = min(end, (block + 1) * NOISE_BLOCK)
-            self._draw(out[written:written + block_end - block_begin], input_id, block,
-                       block_begin - block * NOISE_BLOCK)
+            self._draw_block(out[written:written + block_end - block_begin], input_id, block,
+                             block_begin - block * NOISE_BLOCK)
             written += block_end - block_begin
 
-    def _draw(self, out, input_id, block, skip):
+    def _draw_block(self, out, input_id, block, skip):
         """Rows ``skip .. skip + len(out) - 1`` of one noise block into ``out``."""
-        if self.on_cpu:
-            bits = np.random.Philox(key=self.key | (int(input_id) << 64), counter=[0, 0, 0, block])
-            generator = np.random.Generator(bits)
-            if skip == 0 and self.direct:
-                # numpy draws normals one after another, so the first rows of a
-                # block do not depend on how many rows are drawn.
-                generator.standard_normal(out=out.numpy(), dtype=self.numpy_dtype)
-            else:
-                rows = generator.standard_normal((skip + len(out),) + self.input_shape, dtype=self.numpy_dtype)
-                out.copy_(torch.from_numpy(rows[skip:]))
-        else:
-            # A device generator's first k values depend on how many are drawn:
-            # always draw the whole block, in place where the whole block is
-            # wanted, else into the scratch block, which keeps the last block
-            # drawn for the rest of it (a block split between two batches).
-            seed = _splitmix64(_splitmix64(self.key ^ int(input_id)) ^ block)
-            if len(out) == NOISE_BLOCK and out.is_contiguous():
-                out.normal_(generator=self.generator.manual_seed(seed))
-                return
-            if self.scratch_block != (input_id, block):
-                self.scratch.normal_(generator=self.generator.manual_seed(seed))
-                self.scratch_block = (input_id, block)
-            out.copy_(self.scratch[skip:skip + len(out)])
+        # A device generator's first k values depend on how many are drawn:
+        # always draw the whole block, in place where the whole block is
+        # wanted, else into the scratch block, which keeps the last block
+        # drawn for the rest of it (a block split between two batches).
+        seed = _splitmix64(_splitmix64(self.key ^ int(input_id)) ^ block)
+        if len(out) == NOISE_BLOCK and out.is_contiguous():
+            out.normal_(generator=self.generator.manual_seed(seed))
+            return
+        if self.scratch_block != (input_id, block):
+            self.scratch.normal_(generator=self.generator.manual_seed(seed))
+            self.scratch_block = (input_id, block)
+        out.copy_(self.scratch[skip:skip + len(out)])
 
 
 class MonteCarloEngine:
@@ -427,11 +505,10 @@ class MonteCarloEngine:
             copy_begin = np.maximum(starts[lo:hi], batch_start) - starts[lo:hi]
             copy_end = np.minimum(ends[lo:hi], batch_end) - starts[lo:hi]
             batch_noise = noise[:batch_end - batch_start]
-            filled = 0
-            for input_id, begin, end in zip(input_ids[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist()):
-                if end > begin:
-                    source.fill(batch_noise[filled:filled + end - begin], input_id, begin, end)
-                    filled += end - begin
+            source.fill_segments(batch_noise, [
+                (input_id, begin, end)
+                for input_id, begin, end in zip(input_ids[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist())
+                if end > begin])
             if hi - lo == 1:
                 slot = torch.zeros((), dtype=torch.int64, device=self.device)
                 noisy = batch_noise.mul_(sigma[lo]).add_(X[lo])

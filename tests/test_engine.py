@@ -380,3 +380,65 @@ def test_cpu_noise_blocks_whose_seeds_agree_in_32_bits_differ():
     for out, chosen in zip(noise, (first, second)):
         source.fill(out, 0, chosen * NOISE_BLOCK, (chosen + 1) * NOISE_BLOCK)
     assert not torch.equal(noise[0], noise[1])
+
+
+class TestCpuNoise:
+    """The CPU's keyed Philox + Box-Muller noise: its law, its pairs, and its independence of the split."""
+
+    @staticmethod
+    def draw(dtype, input_shape, n_copies, input_id=0):
+        source = _NoiseSource(stage_key(0, (7,)), input_shape, dtype, torch.device("cpu"))
+        noise = torch.empty((n_copies,) + input_shape, dtype=dtype)
+        source.fill(noise, input_id, 0, n_copies)
+        return noise
+
+    @pytest.mark.parametrize("dtype, shape", [(torch.float32, (1, 8, 8)), (torch.float64, (1, 8, 8)),
+                                              (torch.float32, (9,))])
+    def test_values_follow_the_standard_normal_law(self, dtype, shape):
+        # 2**20 values (an odd copy size takes the path through a scratch buffer) in 60 equiprobable bins
+        # plus two tail bins beyond |z| = 4; a correct sampler fails with probability 1e-6.
+        values = self.draw(dtype, shape, (1 << 20) // int(np.prod(shape))).double().flatten().numpy()
+        inner = stats.norm.ppf(np.linspace(stats.norm.cdf(-4), stats.norm.cdf(4), 61))[1:-1]
+        edges = np.concatenate([[-np.inf, -4.0], inner, [4.0, np.inf]])
+        observed = np.histogram(values, edges)[0]
+        expected = len(values) * np.diff(stats.norm.cdf(edges))
+        assert ((observed - expected) ** 2 / expected).sum() < stats.chi2.ppf(1 - 1e-6, df=len(observed) - 1)
+        assert np.abs(values).max() < 6.77
+
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    def test_lower_precisions_round_the_float32_noise(self, dtype):
+        assert torch.equal(self.draw(dtype, (9,), 50), self.draw(torch.float32, (9,), 50).to(dtype))
+
+    def test_tails_are_not_cut_before_six_sigma(self):
+        # Beyond |z| = 4.5 a true normal puts 6.8e-6 of its mass: the count in 2**23 values lies within
+        # a Poisson interval at 1e-6 (a 24-bit uniform, torch's CPU normal_ cut at 5.9, also passes this;
+        # a cut at 4.5 or a mis-scaled radius does not).
+        values = self.draw(torch.float32, (64,), (1 << 23) // 64).flatten().numpy()
+        tail = int((np.abs(values) > 4.5).sum())
+        mean = len(values) * 2 * stats.norm.sf(4.5)
+        assert stats.poisson.ppf(1e-6 / 2, mean) <= tail <= stats.poisson.ppf(1 - 1e-6 / 2, mean)
+
+    def test_the_two_values_of_a_pair_are_independent(self):
+        # Box-Muller's cosine and sine halves share a radius: were the angle drawn from the radius's bits,
+        # or a radius reused across pairs, their squares would correlate. Pearson's r of the squares of
+        # value p and value p + 32 over 2**19 pairs: |r| < z(1e-6) / sqrt(m).
+        noise = self.draw(torch.float32, (64,), (1 << 19) // 32)
+        first, second = (noise[:, :32].double() ** 2).ravel().numpy(), (noise[:, 32:].double() ** 2).ravel().numpy()
+        assert abs(np.corrcoef(first, second)[0, 1]) < stats.norm.ppf(1 - 1e-6 / 2) / np.sqrt(first.size)
+        # Neighbouring copies and inputs do not share values.
+        assert not torch.equal(noise[0], noise[1])
+        assert not torch.equal(self.draw(torch.float32, (64,), 1, input_id=1)[0], noise[0])
+
+    @pytest.mark.parametrize("dtype, shape", [(torch.float32, (1, 8, 8)), (torch.float32, (7,)),
+                                              (torch.float64, (3, 2)), (torch.float16, (5,))])
+    def test_any_split_of_the_copies_gives_the_same_noise(self, dtype, shape):
+        # Copy j reads words j * W .. (j + 1) * W - 1 of its input's stream, whatever else is drawn with it.
+        source = _NoiseSource(stage_key(0, (7,)), shape, dtype, torch.device("cpu"))
+        whole = torch.empty((301,) + shape, dtype=dtype)
+        source.fill(whole, 5, 0, 301)
+        pieces = torch.empty((301 + 40,) + shape, dtype=dtype)
+        source.fill_segments(pieces, [(5, 0, 3), (9, 0, 40), (5, 3, 150), (5, 150, 301)])
+        assert torch.equal(torch.cat([pieces[:3], pieces[43:]]), whole)
+        one = torch.empty((1,) + shape, dtype=dtype)
+        source.fill(one, 5, 217, 218)
+        assert torch.equal(one[0], whole[217])

@@ -70,5 +70,5 @@ def test_certify_memory_does_not_grow_with_the_sample_size():
     # the noisy copies would add 750 copies (430 MiB) between them; the batch buffers are 100 copies.
     peaks = peak_memory(BATCH, [250, 1000])
     assert peaks[1000] - peaks[250] < BATCH * COPY_BYTES / 4, peaks
-    # A few hundred MB at most: the batch's noise, one noise block of the engine and the activations.
+    # A few hundred MB at most: the batch's noise, the random words it is made of and the activations.
     assert max(peaks.values()) < 300 * 2**20, peaks
