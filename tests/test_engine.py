@@ -403,31 +403,68 @@ class TestCpuNoise:
         observed = np.histogram(values, edges)[0]
         expected = len(values) * np.diff(stats.norm.cdf(edges))
         assert ((observed - expected) ** 2 / expected).sum() < stats.chi2.ppf(1 - 1e-6, df=len(observed) - 1)
-        assert np.abs(values).max() < 6.77
+        assert np.abs(values).max() < (8.653 if dtype == torch.float64 else 6.765)
 
     @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
     def test_lower_precisions_round_the_float32_noise(self, dtype):
         assert torch.equal(self.draw(dtype, (9,), 50), self.draw(torch.float32, (9,), 50).to(dtype))
 
-    def test_tails_are_not_cut_before_six_sigma(self):
+    def test_tail_mass_beyond_4_5_is_the_normal_s(self):
         # Beyond |z| = 4.5 a true normal puts 6.8e-6 of its mass: the count in 2**23 values lies within
-        # a Poisson interval at 1e-6 (a 24-bit uniform, torch's CPU normal_ cut at 5.9, also passes this;
-        # a cut at 4.5 or a mis-scaled radius does not).
+        # a Poisson interval at 1e-6 (a cut below about 4.6 or a mis-scaled radius fails; the uniform's
+        # resolution is checked exactly by the next test).
         values = self.draw(torch.float32, (64,), (1 << 23) // 64).flatten().numpy()
         tail = int((np.abs(values) > 4.5).sum())
         mean = len(values) * 2 * stats.norm.sf(4.5)
         assert stats.poisson.ppf(1e-6 / 2, mean) <= tail <= stats.poisson.ppf(1 - 1e-6 / 2, mean)
 
-    def test_the_two_values_of_a_pair_are_independent(self):
+    @pytest.mark.parametrize("dtype, bits", [(torch.float32, 32), (torch.float64, 53)])
+    def test_the_radius_grid_reaches_the_documented_cut(self, dtype, bits):
+        # A pair's radius is sqrt(-2 log u), u = (k + 0.5) 2**-bits for the word's k: the smallest k gives
+        # the cut (6.764 in float32, 8.652 in float64), the next one the next radius of the grid. A coarser
+        # uniform (16 or 20 bits) gives other radii here.
+        source = _NoiseSource(0, (2,), dtype, torch.device("cpu"))
+        words_per_pair = 2 if dtype == torch.float64 else 1
+        words = torch.zeros((2, words_per_pair), dtype=torch.int64)
+        words[1, 0] = 1 << (11 if dtype == torch.float64 else 0)
+        out = torch.empty((2, 2), dtype=dtype)
+        source._box_muller(out, words)
+        radii = out.double().norm(dim=1).numpy()
+        np.testing.assert_allclose(radii, np.sqrt(-2 * np.log(np.array([0.5, 1.5]) * 2.0 ** -bits)), rtol=1e-6)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    def test_radius_and_angle_come_from_separate_bits(self, dtype):
+        # Words that differ only in the angle's bits (float32: the high 32 bits; float64: the second word)
+        # give pairs of one radius and other directions; words that differ only in u's bits give one
+        # direction and other radii. An angle read from u's bits fails this.
+        source = _NoiseSource(0, (2,), dtype, torch.device("cpu"))
+        u_bits, angle_bits = ((lambda k: k << 11, lambda k: k << 11) if dtype == torch.float64
+                              else (lambda k: k, lambda k: k << 32))
+        words_per_pair = 2 if dtype == torch.float64 else 1
+        angle_word = words_per_pair - 1
+        words = torch.zeros((3, words_per_pair), dtype=torch.int64)
+        words[:, 0] = u_bits(12345)
+        words[1, angle_word] += angle_bits(1 << 28)
+        words[2, 0] = u_bits(7 << 26)
+        out = torch.empty((3, 2), dtype=dtype)
+        source._box_muller(out, words)
+        radii, directions = out.norm(dim=1), torch.atan2(out[:, 1], out[:, 0])
+        assert torch.isclose(radii[0], radii[1]) and not torch.isclose(directions[0], directions[1])
+        assert torch.isclose(directions[0], directions[2]) and not torch.isclose(radii[0], radii[2])
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    def test_the_two_values_of_a_pair_are_independent(self, dtype):
         # Box-Muller's cosine and sine halves share a radius: were the angle drawn from the radius's bits,
         # or a radius reused across pairs, their squares would correlate. Pearson's r of the squares of
         # value p and value p + 32 over 2**19 pairs: |r| < z(1e-6) / sqrt(m).
-        noise = self.draw(torch.float32, (64,), (1 << 19) // 32)
+        noise = self.draw(dtype, (64,), (1 << 19) // 32)
         first, second = (noise[:, :32].double() ** 2).ravel().numpy(), (noise[:, 32:].double() ** 2).ravel().numpy()
         assert abs(np.corrcoef(first, second)[0, 1]) < stats.norm.ppf(1 - 1e-6 / 2) / np.sqrt(first.size)
         # Neighbouring copies and inputs do not share values.
         assert not torch.equal(noise[0], noise[1])
-        assert not torch.equal(self.draw(torch.float32, (64,), 1, input_id=1)[0], noise[0])
+        assert not torch.equal(self.draw(dtype, (64,), 1, input_id=1)[0], noise[0])
+        # Identifiers are 64 bits (the estimator's are hashes): the top bit is part of the key.
+        assert not torch.equal(self.draw(dtype, (64,), 1, input_id=1 << 63)[0], noise[0])
 
     @pytest.mark.parametrize("dtype, shape", [(torch.float32, (1, 8, 8)), (torch.float32, (7,)),
                                               (torch.float64, (3, 2)), (torch.float16, (5,))])
@@ -442,3 +479,7 @@ class TestCpuNoise:
         one = torch.empty((1,) + shape, dtype=dtype)
         source.fill(one, 5, 217, 218)
         assert torch.equal(one[0], whole[217])
+
+    def test_no_copies_give_no_noise(self):
+        engine = MonteCarloEngine(torch.nn.Flatten(), 3, batch_size=10, root_seed=0)
+        assert engine.standard_normal(torch.zeros(2, 3), 0, (1,)).shape == (2, 0, 3)
