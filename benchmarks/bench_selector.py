@@ -18,7 +18,8 @@ certifies the same test split with the same classifier samples
   G, stateless. Its own samples (selection + estimation on the selector)
   are reported separately, and its certify time against the fixed-sigma
   rows. The grid step, the selector's noise, its ``target_neighbors``
-  (training targets averaged over nearby training inputs, or not) and its
+  (training targets averaged over 20 or 100 nearby training inputs; on the
+  digits also none) and its
   ``alpha_share`` are chosen per task by the ACR on a validation split
   carved from the training split (separate fits, :data:`CANDIDATES`), never
   on the test split;
@@ -85,8 +86,9 @@ SELECTOR_EPOCHS = 100
 #:   classifier), the selector's levels and its grid search's; every level gets its own Cohen row;
 #: - ``selector_sigma`` and ``target_neighbors`` of the selector (a refit of the selector only);
 #: - ``alpha_share`` (no refit).
-#: The full run's validation ACR by (step, selector noise, target_neighbors, alpha_share), 900 inputs fitted,
-#: 300 held out (random_state 1), all printed with the table; at the best alpha_share of each:
+#: The full single-seed run's validation ACR before the 100-neighbour candidates, by (step, selector noise,
+#: target_neighbors, alpha_share), 900 inputs fitted, 300 held out (random_state 1), all printed with the table;
+#: at the best alpha_share of each:
 #: - synthetic, step 0.25: noise 1 / 1.5 / 2 without neighbour targets 0.502 / 0.373 / 0.282, with 20
 #:   neighbours 0.533 / 0.561 / 0.552; step 0.125: without 0.250 / 0.201 / 0.124, with 20 0.573 / 0.604
 #:   (chosen, alpha_share 0.1; 0.604 at 0.25 too) / 0.352;
