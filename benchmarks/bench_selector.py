@@ -18,7 +18,8 @@ certifies the same test split with the same classifier samples
   G, stateless. Its own samples (selection + estimation on the selector)
   are reported separately, and its certify time against the fixed-sigma
   rows. The grid step, the selector's noise, its ``target_neighbors``
-  (training targets averaged over nearby training inputs, or not) and its
+  (training targets averaged over 20 or 100 nearby training inputs; on the
+  digits also none) and its
   ``alpha_share`` are chosen per task by the ACR on a validation split
   carved from the training split (separate fits, :data:`CANDIDATES`), never
   on the test split;
@@ -36,7 +37,15 @@ Tasks: ``make_heterogeneous_margins`` (256 dims, a FlatMLP) and the digits
 no loss against the best fixed sigma; the selector adds <= 30% to certify
 time at equal classifier n.
 
-Usage: ``python benchmarks/bench_selector.py [--quick]``
+A single run is one draw of the noise, the weights and the splits, and the
+ratios move by tenths between draws: ``--seeds K`` repeats everything (the
+test split, the validation split and choice, every classifier's training and
+certification; ``random_state`` 0 .. K - 1, the synthetic data set itself
+fixed) and adds per task the mean and standard deviation over seeds of each
+row's ACR, of the best fixed-sigma row of each seed and of the selector / best
+fixed ratio. ``--seeds 1`` (the default) is the single run at seed 0.
+
+Usage: ``python benchmarks/bench_selector.py [--quick] [--seeds K] [--tasks synthetic digits]``
 """
 
 import itertools
@@ -77,8 +86,9 @@ SELECTOR_EPOCHS = 100
 #:   classifier), the selector's levels and its grid search's; every level gets its own Cohen row;
 #: - ``selector_sigma`` and ``target_neighbors`` of the selector (a refit of the selector only);
 #: - ``alpha_share`` (no refit).
-#: The full run's validation ACR by (step, selector noise, target_neighbors, alpha_share), 900 inputs fitted,
-#: 300 held out (random_state 1), all printed with the table; at the best alpha_share of each:
+#: The full single-seed run's validation ACR before the 100-neighbour candidates, by (step, selector noise,
+#: target_neighbors, alpha_share), 900 inputs fitted, 300 held out (random_state 1), all printed with the table;
+#: at the best alpha_share of each:
 #: - synthetic, step 0.25: noise 1 / 1.5 / 2 without neighbour targets 0.502 / 0.373 / 0.282, with 20
 #:   neighbours 0.533 / 0.561 / 0.552; step 0.125: without 0.250 / 0.201 / 0.124, with 20 0.573 / 0.604
 #:   (chosen, alpha_share 0.1; 0.604 at 0.25 too) / 0.352;
@@ -93,11 +103,19 @@ SELECTOR_EPOCHS = 100
 #: noise 1 / 2; step 0.125: 0.572 / 0.604 / 0.350 at noise 1 / 1.5 / 2 (0.604 at 1.5 with 50 neighbours too).
 #: The Cohen classifiers on that split: 0.282, 0.415, 0.450, 0.442, 0.442, 0.418, 0.386, 0.353 at 0.125, 0.25,
 #: ..., 1.0.
+#: Multi-seed exploration (validation splits of seeds 0-2, step 0.125, selector noise 1.5, alpha_share 0.1; sound
+#: ACR / own-sigma ACR / share of correct inputs whose radius R1 caps): 20 neighbours 0.603 / 0.606 / 3%,
+#: 0.366 / 0.533 / 30%, 0.596 / 0.602 / 4%; 100 neighbours 0.606 / 0.606 / 0%, 0.514 / 0.563 / 8%, 0.602 / 0.602 /
+#: 0%: averaging over more neighbours makes the targets of a margin group agree, and R1 rarely caps. Not kept (seeds
+#: 1 / 2): selector_objective=GaussianNoise(4) with 100 neighbours 0.513 / 0.602 (no gain), Macer(num_noise=4,
+#: lbd=1) 0.479 / 0.601 with 100 neighbours, 0.284 / 0.518 with 20 (R1 caps more); coarse levels (0.25, 0.5, 1.0)
+#: or (0.25, 1.0) at seed 0: 0.564 / 0.574, R1 never caps but the levels lose radius; largest level within 5% /
+#: 10% of the best radius as target (seed 1): 0.493 / 0.371.
 CANDIDATES = {
-    "synthetic": {"step": (0.25, 0.125), "selector_sigma": (1.0, 1.5, 2.0), "target_neighbors": (None, 20),
+    "synthetic": {"step": (0.25, 0.125), "selector_sigma": (1.0, 1.5, 2.0), "target_neighbors": (20, 100),
                   "alpha_share": (0.1, 0.25, 0.5)},
     # Fewer on the digits, where each selector fit and certification costs ten times more.
-    "digits": {"step": (0.25,), "selector_sigma": (1.0, 2.0), "target_neighbors": (None, 20),
+    "digits": {"step": (0.25,), "selector_sigma": (1.0, 2.0), "target_neighbors": (None, 20, 100),
                "alpha_share": (0.1, 0.25, 0.5)},
 }
 
@@ -123,14 +141,17 @@ def training_schedule(sigma, epochs, step):
             "callbacks": [("lr_drop", LRScheduler(policy=MultiStepLR, milestones=[half], gamma=0.1))]}
 
 
-def make_classifier(module, module_params, epochs, n_cert, sigma, selector=None, step=None):
-    """An unfitted estimator of one task: Cohen at ``sigma``, or (None) PFAT with ``selector`` (same MLP, n)."""
+def make_classifier(module, module_params, epochs, n_cert, sigma, selector=None, step=None, seed=0):
+    """An unfitted estimator of one task: Cohen at ``sigma``, or (None) PFAT with ``selector`` (same MLP, n).
+
+    ``seed`` is its ``random_state``: weights, training noise and certification noise.
+    """
     return SampleWiseSmoothedClassifier(
         module, **module_params, **training_schedule(sigma, epochs, step),
         sigma_search=FixedSigma(sigma) if selector is None else selector,
         sampler=FixedSampler(n=n_cert, n0=100), alpha=ALPHA, max_epochs=epochs, lr=LR,
         optimizer=torch.optim.SGD, optimizer__momentum=0.9, batch_size=64, certify_batch_size=2000,
-        random_state=0)
+        random_state=seed)
 
 
 def refit_selector(clf, selector, X, y):
@@ -166,7 +187,8 @@ def table_cells(key, values, bold, fixed_time):
             "-" if np.isnan(seconds) else f"{seconds / fixed_time:.2f}", values["guarantee"]]
 
 
-def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_train, y_train, n_validation):
+def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_train, y_train, n_validation,
+                    seed=0):
     """The levels and selector settings with the best ACR on a validation split of the training split.
 
     PFAT's classifier is fitted on the training split minus the validation
@@ -188,6 +210,9 @@ def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_
         Class indices (the labels of both tasks are 0 .. n_classes - 1).
     n_validation : int
         Size of the validation split.
+    seed : int, default=0
+        The run's seed: the validation split's ``random_state`` is
+        ``seed + 1``, the classifier's ``seed``.
 
     Returns
     -------
@@ -198,7 +223,7 @@ def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_
         Validation ACR of each (step, selector_sigma, target_neighbors, alpha_share).
     """
     X_fit, X_val, y_fit, y_val = train_test_split(X_train, y_train, test_size=n_validation, stratify=y_train,
-                                                  random_state=1)
+                                                  random_state=seed + 1)
     scores, selectors = {}, {}
     for step in candidates["step"]:
         clf = None
@@ -208,7 +233,8 @@ def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_
                 levels=tuple(grid(step, 1).grid_sigmas()), selector_sigma=selector_sigma, n=n_sel, n0=50,
                 selector_epochs=SELECTOR_EPOCHS, target_neighbors=neighbors)
             if clf is None:  # the first selector is fitted with the classifier
-                clf = make_classifier(module, module_params, epochs, n_cert, None, selector, step).fit(X_fit, y_fit)
+                clf = make_classifier(module, module_params, epochs, n_cert, None, selector, step,
+                                      seed).fit(X_fit, y_fit)
             else:
                 refit_selector(clf, selector, X_fit, y_fit)
             for share in candidates["alpha_share"]:
@@ -221,12 +247,25 @@ def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_
     return best[0], selectors[best], scores
 
 
-def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, candidates):
-    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=n_test, stratify=y, random_state=0)
+def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, candidates, seed=0):
+    """One task's table at one seed (test split, validation split and every classifier's ``random_state``).
+
+    Returns
+    -------
+    acr : dict of str to float
+        Test ACR of each row.
+    ratio : float
+        The selector's ACR over the best fixed-sigma row's.
+    overhead : float
+        The selector's certification CPU time over the classifier's.
+    best_fixed : str
+        The best fixed-sigma row.
+    """
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=n_test, stratify=y, random_state=seed)
     step, selector, scores = choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_train,
-                                             y_train, n_test)
+                                             y_train, n_test, seed)
     levels = selector.levels
-    print(f"\n### {name}\n\n{len(X_train)} training inputs, {len(X_test)} test inputs; every classifier "
+    print(f"\n### {name}, seed {seed}\n\n{len(X_train)} training inputs, {len(X_test)} test inputs; every classifier "
           f"{module.__name__}, {epochs} epochs, GaussianNoise({COPIES}), lr {LR} dropped to {LR / 10} after "
           f"{max(1, epochs // 2)}; classifier n={n_cert}, n0=100, alpha={ALPHA}. Selector: "
           f"{selector.selector_epochs} epochs, n={selector.n}, n0={selector.n0}; levels {step}:{step}:1.0, "
@@ -235,12 +274,12 @@ def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, c
           f"alpha_share): {', '.join(f'{k}: {v:.3f}' for k, v in scores.items())}.\n", flush=True)
     rows = {}
     for s in levels:
-        fixed = make_classifier(module, module_params, epochs, n_cert, s)
+        fixed = make_classifier(module, module_params, epochs, n_cert, s, seed=seed)
         train_seconds, _ = timed(fixed.fit, X_train, y_train)
         rows[f"Cohen, fixed sigma={s}"] = {**certify(fixed, FixedSigma(s), NoRegions(), X_test, y_test),
                                            "training": f"sigma {s}", "train_seconds": train_seconds}
     best_fixed = max(rows, key=lambda key: rows[key]["acr"])
-    clf = make_classifier(module, module_params, epochs, n_cert, None, selector, step)
+    clf = make_classifier(module, module_params, epochs, n_cert, None, selector, step, seed)
     train_seconds, _ = timed(clf.fit, X_train, y_train)
     pfat = {"training": f"PFAT {step}:{step}:1.0", "train_seconds": train_seconds}
     sound = "CertifiedSigmaSelector (sound for G, stateless)"
@@ -276,30 +315,74 @@ def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, c
     overhead = selector_cpu / max(certify_cpu - selector_cpu, 1e-9)
     print(f"\nSelector certification alone: {selector_cpu:.1f} s of the selector row's {certify_cpu:.1f} s "
           f"(CPU time).", flush=True)
-    return ratio, overhead, best_fixed
+    return {key: values["acr"] for key, values in rows.items()}, ratio, overhead, best_fixed
+
+
+def summary_table(runs):
+    """Print mean and standard deviation over seeds of each row's ACR and of the selector / best-fixed ratio.
+
+    Parameters
+    ----------
+    runs : list of tuple
+        :func:`run_task`'s results, one per seed.
+    """
+    names = list(dict.fromkeys(key for acr, *_ in runs for key in acr))
+    # The Cohen rows' levels follow the grid step chosen per seed: a row reports the seeds that have it.
+    best = [acr[best_fixed] for acr, _, _, best_fixed in runs]
+    rows = [[key, *mean_sd([acr[key] for acr, *_ in runs if key in acr])] for key in names]
+    rows.append(["best fixed sigma of each seed", *mean_sd(best)])
+    rows.append(["selector / best fixed (ratio)", *mean_sd([ratio for _, ratio, _, _ in runs])])
+    rows.append(["selector certification / classifier's (CPU)", *mean_sd([overhead for _, _, overhead, _ in runs])])
+    markdown_table(["row", "seeds", "mean", "sd", "per seed"], rows)
+
+
+def mean_sd(values):
+    """Cells: number of values, their mean, sample standard deviation (n - 1; '-' for one) and the values."""
+    values = np.asarray(values, dtype=np.float64)
+    sd = f"{values.std(ddof=1):.3f}" if len(values) > 1 else "-"
+    return [str(len(values)), f"{values.mean():.3f}", sd, " / ".join(f"{v:.3f}" for v in values)]
+
+
+#: The tasks: (title, data loader, module, module parameters).
+TASKS = {
+    "synthetic": ("make_heterogeneous_margins (256 dims, FlatMLP(hidden=128))", make_heterogeneous_margins,
+                  FlatMLP, {"module__hidden": 128}),
+    "digits": ("digits (DigitsCNN(width=8))", load_digits_images, DigitsCNN, {"module__width": 8}),
+}
 
 
 def main():
-    args = quick_parser(__doc__, "small smoke run (fewer inputs, epochs, samples)").parse_args()
+    parser = quick_parser(__doc__, "small smoke run (fewer inputs, epochs, samples)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="repeat everything (test and validation splits, training, certification) with "
+                             "random states 0 .. SEEDS - 1 and report mean and standard deviation")
+    parser.add_argument("--tasks", nargs="+", choices=tuple(TASKS), default=list(TASKS), help="tasks to run")
+    args = parser.parse_args()
     n_samples, n_test, epochs, n_cert, n_sel = (600, 60, 6, 500, 100) if args.quick else (1500, 300, 20, 2000, 400)
     # --quick tries the first candidate of each setting only.
     candidates = {task: {key: values[:1] if args.quick else values for key, values in settings.items()}
                   for task, settings in CANDIDATES.items()}
-    X, y = make_heterogeneous_margins(n_samples=n_samples, random_state=0)
-    synthetic = run_task("make_heterogeneous_margins (256 dims, FlatMLP(hidden=128))", X, y, FlatMLP,
-                         {"module__hidden": 128}, epochs, n_test, n_cert, n_sel, candidates["synthetic"])
-    X, y = load_digits_images()
-    digits = run_task("digits (DigitsCNN(width=8))", X, y, DigitsCNN, {"module__width": 8}, epochs, n_test,
-                      n_cert, n_sel, candidates["digits"])
-    print("\nTargets (wall times measured on a shared machine):")
-    ratio, overhead, best = synthetic
-    print(f"- synthetic: selector ACR / best fixed ({best}) = {ratio:.3f}x >= 1.3x -> "
-          f"{'met' if ratio >= 1.3 else 'NOT met'}")
-    print(f"- synthetic: selector certification adds {100 * overhead:.0f}% to the classifier's (<= 30%) -> "
-          f"{'met' if overhead <= 0.3 else 'NOT met'}")
-    ratio, overhead, best = digits
-    print(f"- digits: selector ACR / best fixed ({best}) = {ratio:.3f}x, no loss (>= 1.0x) -> "
-          f"{'met' if ratio >= 1.0 else 'NOT met'}; adds {100 * overhead:.0f}% to certify time")
+    results = {}
+    for task in args.tasks:
+        title, load, module, module_params = TASKS[task]
+        # The synthetic data set is the same at every seed (random_state 0); only the runs' seeds change.
+        X, y = load(n_samples=n_samples, random_state=0) if task == "synthetic" else load()
+        results[task] = [run_task(title, X, y, module, module_params, epochs, n_test, n_cert, n_sel,
+                                  candidates[task], seed) for seed in range(args.seeds)]
+        if args.seeds > 1:
+            print(f"\n### {title}: {args.seeds} seeds\n", flush=True)
+            summary_table(results[task])
+    print("\nTargets (wall times measured on a shared machine; ratios per seed, then their mean):")
+    for task, runs in results.items():
+        ratios = np.array([ratio for _, ratio, _, _ in runs])
+        overheads = np.array([overhead for _, _, overhead, _ in runs])
+        best = ", ".join(best_fixed for *_, best_fixed in runs)
+        target = 1.3 if task == "synthetic" else 1.0
+        print(f"- {task}: selector ACR / best fixed ({best}) = {' / '.join(f'{r:.3f}' for r in ratios)}x, mean "
+              f"{ratios.mean():.3f}x >= {target}x -> {'met' if ratios.mean() >= target else 'NOT met'} on "
+              f"average, {'met' if np.all(ratios >= target) else 'NOT met'} in every seed")
+        print(f"- {task}: selector certification adds {' / '.join(f'{100 * o:.0f}%' for o in overheads)} to the "
+              f"classifier's (<= 30%) -> {'met' if np.all(overheads <= 0.3) else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from smoothsk.models import FlatMLP
 from smoothsk.regions import MemoryAllocator, NoRegions, OnlineBallAllocator, TransductiveLPAllocator
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import BaseSigmaSearch, CertifiedSigmaSelector, SigmaSearchResult
-from smoothsk.training import DataDependentTraining, FixedSigmaTraining, PretrainFinetune
+from smoothsk.training import BaseObjective, DataDependentTraining, FixedSigmaTraining, GaussianNoise, Macer, \
+    PretrainFinetune
 
 from conftest import LevelSelectorLogits, SlabLogits, slab_probability
 
@@ -254,6 +255,54 @@ class TestFit:
         assert agreement(targets(25)) > agreement(own)
         assert len(np.unique(targets(len(X)))) == 1
 
+    @staticmethod
+    def fit_selector_on_the_slab(**params):
+        """The fitted selector of a slab classifier trained on 400 inputs, and the inputs."""
+        rng = np.random.default_rng(0)
+        X = np.column_stack([rng.uniform(-2, 2, 400), rng.uniform(-1, 1, 400)]).astype(np.float32)
+        y = (np.abs(X[:, 0]) < 1).astype(int)
+        search = CertifiedSigmaSelector(levels=(0.25, 0.5, 2.0), selector=FlatMLP, n=200, selector_epochs=20,
+                                        **params)
+        clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=search, random_state=0,
+                                           lr=0.05, batch_size=64, certify_batch_size=1000).fit(X, y)
+        return clf.sigma_search_, X
+
+    def test_selector_objective_one_gaussian_copy_is_the_default_training(self):
+        default, _ = self.fit_selector_on_the_slab()
+        gaussian, _ = self.fit_selector_on_the_slab(selector_objective=GaussianNoise(num_noise=1))
+        np.testing.assert_array_equal(gaussian.train_levels_, default.train_levels_)
+        for key, value in default.selector_module_.state_dict().items():
+            assert torch.equal(gaussian.selector_module_.state_dict()[key], value), key
+
+    def test_selector_objective_trains_the_selector(self):
+        class FirstLevel(BaseObjective):
+            """Cross-entropy towards level 0 whatever the target; records what it is given."""
+
+            def loss(self, net, X, y, sigma):
+                self.calls_ = [*getattr(self, "calls_", []), (X.shape[1], y.clone(), sigma.clone())]
+                logits = net.module_(X + sigma[:, None] * torch.randn(X.shape, generator=net.noise_generator_))
+                return net.criterion_(logits, torch.zeros_like(y)), logits
+
+        objective = FirstLevel()
+        fitted, X = self.fit_selector_on_the_slab(selector_objective=objective, selector_sigma=0.3)
+        assert len(np.unique(fitted.train_levels_)) > 1
+        # Every training step went through the objective: the estimator's clone of it, at the selector's noise,
+        # with the target levels as labels (20 epochs of 7 batches).
+        calls = fitted.selector_objective.calls_
+        assert len(calls) == 20 * 7 and not hasattr(objective, "calls_")
+        assert all(width == 2 and torch.all(sigma == 0.3) for width, _, sigma in calls)
+        assert sorted(torch.cat([y for _, y, _ in calls[:7]]).tolist()) == sorted(fitted.train_levels_.tolist())
+        with torch.no_grad():
+            learned = fitted.selector_module_(torch.from_numpy(X)).argmax(dim=1).numpy()
+        assert np.all(learned == 0)
+
+    def test_macer_objective_learns_the_targets(self):
+        fitted, X = self.fit_selector_on_the_slab(selector_objective=Macer(num_noise=4, lbd=1.0))
+        with torch.no_grad():
+            learned = fitted.selector_module_(torch.from_numpy(X)).argmax(dim=1).numpy()
+        majority = np.bincount(fitted.train_levels_).max() / len(X)
+        assert (learned == fitted.train_levels_).mean() > majority
+
     def test_default_selector_is_the_classifier_class_with_k_outputs(self):
         search = CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), n=100, selector_epochs=1)
         X = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
@@ -300,6 +349,8 @@ class TestValidation:
         ({"n": 0}, "'n' parameter"),
         ({"selector_sigma": 0.0}, "selector_sigma"),
         ({"target_neighbors": 0}, "'target_neighbors' parameter"),
+        ({"selector_objective": "macer"}, "'selector_objective' parameter"),
+        ({"selector_objective": Macer(num_noise=0)}, "'num_noise' parameter"),
     ])
     def test_bad_parameters_are_refused_before_training(self, params, message):
         clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0,

@@ -2,13 +2,14 @@
 
 import inspect
 from numbers import Integral, Real
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 from sklearn.exceptions import NotFittedError
 from sklearn.neighbors import NearestNeighbors
 
-from .._constraints import Interval
+from .._constraints import HasMethods, Interval
 from .._modes import evaluating
 from .._stages import (
     CERTIFIED_SIGMA_CERTIFY,
@@ -132,6 +133,14 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     confidence (a large ``p1``, so ``R1`` does not cap the radius). Only the
     training targets change; the guarantee above holds for any selector.
 
+    With ``selector_objective`` the selector is trained with a training
+    objective of :mod:`smoothsk.training` instead, its labels the target
+    levels and every sample's noise level ``selector_sigma``: e.g.
+    ``GaussianNoise(num_noise=m)`` (``m`` noisy copies per input and step) or
+    ``Macer(...)``, whose hinge on the soft radius (Zhai et al. 2020, Eq.
+    8-10) pushes the selector's smoothed top-level probability, hence ``p1``
+    and ``R1``, up. This too changes only how the selector is trained.
+
     Parameters
     ----------
     levels : array-like of float, shape (K,), or None, default=None
@@ -172,6 +181,13 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         averaged for each training target (above); None takes each
         sample's own best level. The neighbour search costs
         ``O(n_train^2 d)`` (scikit-learn ``NearestNeighbors``).
+    selector_objective : BaseObjective or None, default=None
+        Training objective of the selector (above), called with a view of
+        the selector that has ``module_`` (the selector), ``criterion_``
+        (cross-entropy) and ``noise_generator_``: ``GaussianNoise`` or
+        ``Macer`` (``SmoothAdv`` needs the estimator's training history and
+        is not supported). None is cross-entropy on one noisy copy per
+        input and step.
 
     Attributes
     ----------
@@ -207,11 +223,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         "alpha_share": [Interval(Real, 0, 1, closed="neither")],
         "selector_epochs": [Interval(Integral, 0, None, closed="left"), None],
         "target_neighbors": [Interval(Integral, 1, None, closed="left"), None],
+        "selector_objective": [HasMethods(["loss"]), None],
     }
     _refit_free_parameters = ("n", "n0", "alpha_share")
 
     def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=0.25, n=10_000, n0=100,
-                 alpha_share=0.5, selector_epochs=None, target_neighbors=None):
+                 alpha_share=0.5, selector_epochs=None, target_neighbors=None, selector_objective=None):
         self.levels = levels
         self.selector = selector
         self.fit_selector = fit_selector
@@ -221,6 +238,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         self.alpha_share = alpha_share
         self.selector_epochs = selector_epochs
         self.target_neighbors = target_neighbors
+        self.selector_objective = selector_objective
 
     def _check_consistency(self):
         if self.levels is not None:
@@ -318,7 +336,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         return module
 
     def _train(self, estimator, module, X, targets):
-        """Cross-entropy on ``(x + selector_sigma * e, target level)`` (Gaussian augmentation)."""
+        """Cross-entropy on ``(x + selector_sigma * e, target level)`` (Gaussian augmentation), or the objective."""
         options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}
         optimizer = estimator.optimizer(module.parameters(), lr=estimator.lr, **options)
         epochs = estimator.max_epochs if self.selector_epochs is None else self.selector_epochs
@@ -326,6 +344,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         generator = torch.Generator(device=X.device).manual_seed(estimator._seed(SELECTOR_TRAIN_NOISE_SALT))
         shuffle = torch.Generator().manual_seed(estimator._seed(SELECTOR_SHUFFLE_SALT))
         loss_fn = torch.nn.CrossEntropyLoss()
+        # What an objective reads from the estimator it trains, here about the selector and its targets.
+        trainee = SimpleNamespace(module_=module, criterion_=loss_fn, noise_generator_=generator)
+        sigma = torch.full((batch_size,), float(self.selector_sigma), device=X.device, dtype=X.dtype)
         module.train()
         with torch.random.fork_rng(devices=[]):  # the module's own randomness (dropout)
             torch.manual_seed(estimator._seed(SELECTOR_MODULE_RANDOMNESS_SALT))
@@ -333,8 +354,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                 order = torch.randperm(len(X), generator=shuffle).to(X.device)
                 for start in range(0, len(X), batch_size):
                     index = order[start:start + batch_size]
-                    noise = torch.randn(X[index].shape, generator=generator, device=X.device, dtype=X.dtype)
-                    loss = loss_fn(module(X[index] + self.selector_sigma * noise), targets[index])
+                    if self.selector_objective is None:
+                        noise = torch.randn(X[index].shape, generator=generator, device=X.device, dtype=X.dtype)
+                        loss = loss_fn(module(X[index] + self.selector_sigma * noise), targets[index])
+                    else:
+                        loss, _ = self.selector_objective.loss(trainee, X[index], targets[index],
+                                                               sigma[:len(index)])
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
