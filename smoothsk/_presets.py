@@ -85,12 +85,16 @@ def _selector(epochs, search_n):
     # three seeds (estimator random_state s, held-out split random_state s + 1), synthetic ACR 0.594 / 0.430 /
     # 0.558 with each sample's own best level and 0.595 / 0.577 / 0.570 with 100 neighbours; digits (seeds 0, 1)
     # 0.458 / 0.434 either way. The own-level targets left the selector without the 1.0 level on one full fit.
+    # The averaging needs every training sample's radius at every level (4 x n_train x 500 forward passes, about
+    # a minute on the digits), so the smaller runs (search_n < 200, e.g. the demo's --quick) keep the own-level
+    # targets of PFAT's assignment, which cost nothing.
     half = max(1, epochs // 2)
     levels = GridSigmaSearch(0.25, 1.0, 0.25, n=max(50, search_n // 2))
     return {"training": PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=epochs - half,
                                          finetune_lr=0.005, objective=GaussianNoise(2), assignment=levels),
             "sigma_search": CertifiedSigmaSelector(selector_sigma=2.0, selector_epochs=100, n=2 * search_n, n0=50,
-                                                   alpha_share=SELECTOR_ALPHA_SHARE, target_neighbors=100)}
+                                                   alpha_share=SELECTOR_ALPHA_SHARE,
+                                                   target_neighbors=100 if search_n >= 200 else None)}
 
 
 #: Short id -> preset, in the demo table's order.
