@@ -133,20 +133,6 @@ class _NoiseSource:
             self.scratch = torch.empty((NOISE_BLOCK,) + self.input_shape, dtype=dtype, device=device)
             self.scratch_block = None
 
-    def fill(self, out, input_id, begin, end):
-        """Write the noise of copies ``begin .. end - 1`` of input ``input_id`` into ``out``.
-
-        Parameters
-        ----------
-        out : torch.Tensor, shape (end - begin, *input_shape)
-            Contiguous destination.
-        input_id : int
-            The input's identifier (its position in the caller's input array by default).
-        begin, end : int
-            Copy indices of the input.
-        """
-        self.fill_segments(out, [(input_id, begin, end)])
-
     def fill_segments(self, out, segments):
         """Write the noise of consecutive segments of copies into ``out``, one after another.
 
@@ -427,8 +413,9 @@ class MonteCarloEngine:
         shape = tuple(X.shape[1:])
         source = _NoiseSource(stage_key(self.root_seed, stage), shape, X.dtype, self.device, self._accelerated())
         noise = torch.empty((len(X), n_copies) + shape, dtype=X.dtype, device=self.device)
-        for row, input_id in enumerate(self._ids(len(X)).tolist()):
-            source.fill(noise[row], input_id, 0, n_copies)
+        # The inputs' copies one after another: one pass over all of them.
+        source.fill_segments(noise.view((-1,) + shape),
+                             [(input_id, 0, n_copies) for input_id in self._ids(len(X)).tolist()])
         return noise
 
     def _accelerated(self):

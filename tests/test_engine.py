@@ -378,7 +378,7 @@ def test_cpu_noise_blocks_whose_seeds_agree_in_32_bits_differ():
     source = _NoiseSource(key, (4,), torch.float32, torch.device("cpu"))
     noise = torch.empty(2, NOISE_BLOCK, 4)
     for out, chosen in zip(noise, (first, second)):
-        source.fill(out, 0, chosen * NOISE_BLOCK, (chosen + 1) * NOISE_BLOCK)
+        source.fill_segments(out, [(0, chosen * NOISE_BLOCK, (chosen + 1) * NOISE_BLOCK)])
     assert not torch.equal(noise[0], noise[1])
 
 
@@ -389,7 +389,7 @@ class TestCpuNoise:
     def draw(dtype, input_shape, n_copies, input_id=0):
         source = _NoiseSource(stage_key(0, (7,)), input_shape, dtype, torch.device("cpu"))
         noise = torch.empty((n_copies,) + input_shape, dtype=dtype)
-        source.fill(noise, input_id, 0, n_copies)
+        source.fill_segments(noise, [(input_id, 0, n_copies)])
         return noise
 
     @pytest.mark.parametrize("dtype, shape", [(torch.float32, (1, 8, 8)), (torch.float64, (1, 8, 8)),
@@ -472,12 +472,12 @@ class TestCpuNoise:
         # Copy j reads words j * W .. (j + 1) * W - 1 of its input's stream, whatever else is drawn with it.
         source = _NoiseSource(stage_key(0, (7,)), shape, dtype, torch.device("cpu"))
         whole = torch.empty((301,) + shape, dtype=dtype)
-        source.fill(whole, 5, 0, 301)
+        source.fill_segments(whole, [(5, 0, 301)])
         pieces = torch.empty((301 + 40,) + shape, dtype=dtype)
         source.fill_segments(pieces, [(5, 0, 3), (9, 0, 40), (5, 3, 150), (5, 150, 301)])
         assert torch.equal(torch.cat([pieces[:3], pieces[43:]]), whole)
         one = torch.empty((1,) + shape, dtype=dtype)
-        source.fill(one, 5, 217, 218)
+        source.fill_segments(one, [(5, 217, 218)])
         assert torch.equal(one[0], whole[217])
 
     def test_no_copies_give_no_noise(self):
