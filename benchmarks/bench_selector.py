@@ -17,12 +17,12 @@ certifies the same test split with the same classifier samples
   selector trained in ``fit``: certificates of the sample-wise classifier
   G, stateless. Its own samples (selection + estimation on the selector)
   are reported separately, and its certify time against the fixed-sigma
-  rows. The grid step, the selector's noise, its ``target_neighbors``
-  (training targets averaged over 20 or 100 nearby training inputs; on the
-  digits also none) and its
-  ``alpha_share`` are chosen per task by the ACR on a validation split
-  carved from the training split (separate fits, :data:`CANDIDATES`), never
-  on the test split;
+  rows. The settings in :data:`CANDIDATES` (grid step, selector noise,
+  ``target_neighbors``, i.e. training targets averaged over that many
+  nearby training inputs, and ``alpha_share``) are chosen per task and seed
+  by the ACR on a validation split carved from the training split
+  (separate fits), never on the test split; the synthetic task's candidate
+  list itself was narrowed once after a test-split loss (see there);
 - the same certificates without the selector's cap R1, i.e. what
   ``NoRegions`` reports with the selector as a plain search (at
   ``(1 - alpha_share) * alpha``): own-sigma guarantee, not sound for G;
@@ -45,12 +45,15 @@ time at equal classifier n.
 A single run is one draw of the noise, the weights and the splits, and the
 ratios move by tenths between draws: ``--seeds K`` repeats everything (the
 test split, the validation split and choice, every classifier's training and
-certification; ``random_state`` 0 .. K - 1, the synthetic data set itself
-fixed) and adds per task the mean and standard deviation over seeds of each
-row's ACR, of the best fixed-sigma row of each seed and of the selector / best
-fixed ratio. ``--seeds 1`` (the default) is the single run at seed 0.
+certification; ``random_state`` F .. F + K - 1 with ``--first-seed F``, default
+0; the synthetic data set itself fixed) and adds per task the mean and standard
+deviation over seeds of each row's ACR, of the best fixed-sigma row of each seed
+and of the selector / best fixed ratio. ``--seeds 1`` (the default) is the
+single run at seed 0. ``--folds K`` chooses the selector's settings by their
+mean validation ACR over K folds of the training split instead of one split.
 
-Usage: ``python benchmarks/bench_selector.py [--quick] [--seeds K] [--tasks synthetic digits]``
+Usage: ``python benchmarks/bench_selector.py [--quick] [--seeds K] [--first-seed F] [--folds K]
+[--tasks synthetic digits]``
 """
 
 import itertools
@@ -61,7 +64,7 @@ import torch
 from _common import RADII, markdown_table, quick_parser, timed
 from skorch.callbacks import LRScheduler
 from sklearn.base import clone
-from sklearn.model_selection import train_test_split
+from sklearn.model_selection import StratifiedKFold, train_test_split
 from torch.optim.lr_scheduler import MultiStepLR
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -200,13 +203,16 @@ def table_cells(key, values, bold, fixed_time):
 
 
 def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_train, y_train, n_validation,
-                    seed=0):
-    """The levels and selector settings with the best ACR on a validation split of the training split.
+                    seed=0, folds=1):
+    """The levels and selector settings with the best ACR on validation splits of the training split.
 
     PFAT's classifier is fitted on the training split minus the validation
     split once per grid step; each selector noise and ``target_neighbors``
     refits the selector on it, and each ``alpha_share`` certifies the
-    validation split.
+    validation split. With ``folds > 1`` each setting's score is its mean
+    ACR over the folds of a stratified K-fold split of the training split
+    (each fold the validation split once): a choice less at the mercy of one
+    fit and one split.
 
     Parameters
     ----------
@@ -221,10 +227,12 @@ def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_
     y_train : ndarray of int, shape (n_train,)
         Class indices (the labels of both tasks are 0 .. n_classes - 1).
     n_validation : int
-        Size of the validation split.
+        Size of the validation split (with ``folds=1``).
     seed : int, default=0
-        The run's seed: the validation split's ``random_state`` is
-        ``seed + 1``, the classifier's ``seed``.
+        The run's seed: the validation split's (or folds') ``random_state``
+        is ``seed + 1``, the classifier's ``seed``.
+    folds : int, default=1
+        1: one validation split of ``n_validation`` inputs; K > 1: K folds.
 
     Returns
     -------
@@ -234,33 +242,41 @@ def choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_
     scores : dict of tuple to float
         Validation ACR of each (step, selector_sigma, target_neighbors, alpha_share).
     """
-    X_fit, X_val, y_fit, y_val = train_test_split(X_train, y_train, test_size=n_validation, stratify=y_train,
-                                                  random_state=seed + 1)
+    if folds == 1:
+        splits = [train_test_split(np.arange(len(y_train)), test_size=n_validation, stratify=y_train,
+                                   random_state=seed + 1)]
+    else:
+        splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed + 1).split(X_train, y_train))
     scores, selectors = {}, {}
-    for step in candidates["step"]:
-        clf = None
-        for selector_sigma, neighbors in itertools.product(candidates["selector_sigma"],
-                                                           candidates["target_neighbors"]):
-            selector = CertifiedSigmaSelector(
-                levels=tuple(grid(step, 1).grid_sigmas()), selector_sigma=selector_sigma, n=n_sel, n0=50,
-                selector_epochs=SELECTOR_EPOCHS, target_neighbors=neighbors)
-            if clf is None:  # the first selector is fitted with the classifier
-                clf = make_classifier(module, module_params, epochs, n_cert, None, selector, step,
-                                      seed).fit(X_fit, y_fit)
-            else:
-                refit_selector(clf, selector, X_fit, y_fit)
-            for share in candidates["alpha_share"]:
-                key = (step, selector_sigma, neighbors, share)
-                selectors[key] = clone(selector).set_params(alpha_share=share)
-                clf.set_params(sigma_search=selectors[key])
-                prediction, radius = clf.certify(X_val)
-                scores[key] = average_certified_radius(y_val, prediction, radius)
+    for fit_rows, val_rows in splits:
+        X_fit, X_val, y_fit, y_val = X_train[fit_rows], X_train[val_rows], y_train[fit_rows], y_train[val_rows]
+        for step in candidates["step"]:
+            clf = None
+            for selector_sigma, neighbors in itertools.product(candidates["selector_sigma"],
+                                                               candidates["target_neighbors"]):
+                selector = CertifiedSigmaSelector(
+                    levels=tuple(grid(step, 1).grid_sigmas()), selector_sigma=selector_sigma, n=n_sel, n0=50,
+                    selector_epochs=SELECTOR_EPOCHS, target_neighbors=neighbors)
+                if clf is None:  # the first selector is fitted with the classifier
+                    clf = make_classifier(module, module_params, epochs, n_cert, None, selector, step,
+                                          seed).fit(X_fit, y_fit)
+                else:
+                    refit_selector(clf, selector, X_fit, y_fit)
+                for share in candidates["alpha_share"]:
+                    key = (step, selector_sigma, neighbors, share)
+                    selectors[key] = clone(selector).set_params(alpha_share=share)
+                    clf.set_params(sigma_search=selectors[key])
+                    prediction, radius = clf.certify(X_val)
+                    acr = average_certified_radius(y_val, prediction, radius)
+                    scores[key] = scores.get(key, 0.0) + acr / len(splits)
     best = max(scores, key=scores.get)
     return best[0], selectors[best], scores
 
 
-def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, candidates, seed=0):
+def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, candidates, seed=0, folds=1):
     """One task's table at one seed (test split, validation split and every classifier's ``random_state``).
+
+    ``folds``: validation folds of :func:`choose_selector`.
 
     Returns
     -------
@@ -275,14 +291,14 @@ def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, c
     """
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=n_test, stratify=y, random_state=seed)
     step, selector, scores = choose_selector(module, module_params, epochs, n_cert, n_sel, candidates, X_train,
-                                             y_train, n_test, seed)
+                                             y_train, n_test, seed, folds)
     levels = selector.levels
     print(f"\n### {name}, seed {seed}\n\n{len(X_train)} training inputs, {len(X_test)} test inputs; every classifier "
           f"{module.__name__}, {epochs} epochs, GaussianNoise({COPIES}), lr {LR} dropped to {LR / 10} after "
           f"{max(1, epochs // 2)}; classifier n={n_cert}, n0=100, alpha={ALPHA}. Selector: "
           f"{selector.selector_epochs} epochs, n={selector.n}, n0={selector.n0}; levels {step}:{step}:1.0, "
           f"noise {selector.selector_sigma}, target_neighbors {selector.target_neighbors}, alpha_share "
-          f"{selector.alpha_share}, chosen by validation ACR (step, selector noise, target_neighbors, "
+          f"{selector.alpha_share}, chosen by validation ACR ({folds} fold(s); step, selector noise, target_neighbors, "
           f"alpha_share): {', '.join(f'{k}: {v:.3f}' for k, v in scores.items())}.\n", flush=True)
     rows = {}
     for s in levels:
@@ -390,7 +406,13 @@ def main():
     parser = quick_parser(__doc__, "small smoke run (fewer inputs, epochs, samples)")
     parser.add_argument("--seeds", type=int, default=1,
                         help="repeat everything (test and validation splits, training, certification) with "
-                             "random states 0 .. SEEDS - 1 and report mean and standard deviation")
+                             "random states FIRST_SEED .. FIRST_SEED + SEEDS - 1 and report mean and standard "
+                             "deviation")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first random state (default 0)")
+    parser.add_argument("--folds", type=int, default=1,
+                        help="choose the selector's settings by the mean validation ACR over this many stratified "
+                             "folds of the training split (default 1: one validation split as large as the test "
+                             "split)")
     parser.add_argument("--tasks", nargs="+", choices=tuple(TASKS), default=list(TASKS), help="tasks to run")
     args = parser.parse_args()
     n_samples, n_test, epochs, n_cert, n_sel = (600, 60, 6, 500, 100) if args.quick else (1500, 300, 20, 2000, 400)
@@ -403,7 +425,8 @@ def main():
         # The synthetic data set is the same at every seed (random_state 0); only the runs' seeds change.
         X, y = load(n_samples=n_samples, random_state=0) if task == "synthetic" else load()
         results[task] = [run_task(title, X, y, module, module_params, epochs, n_test, n_cert, n_sel,
-                                  candidates[task], seed) for seed in range(args.seeds)]
+                                  candidates[task], seed, args.folds)
+                         for seed in range(args.first_seed, args.first_seed + args.seeds)]
         if args.seeds > 1:
             print(f"\n### {title}: {args.seeds} seeds\n", flush=True)
             summary_table(results[task])
