@@ -50,7 +50,8 @@ certification; ``random_state`` F .. F + K - 1 with ``--first-seed F``, default
 deviation over seeds of each row's ACR, of the best fixed-sigma row of each seed
 and of the selector / best fixed ratio. ``--seeds 1`` (the default) is the
 single run at seed 0. ``--folds K`` chooses the selector's settings by their
-mean validation ACR over K folds of the training split instead of one split.
+mean validation ACR over K folds of the training split (default 3; ``--folds
+1``: one validation split as large as the test split).
 
 Usage: ``python benchmarks/bench_selector.py [--quick] [--seeds K] [--first-seed F] [--folds K]
 [--tasks synthetic digits]``
@@ -412,10 +413,10 @@ def main():
                              "random states FIRST_SEED .. FIRST_SEED + SEEDS - 1 and report mean and standard "
                              "deviation")
     parser.add_argument("--first-seed", type=int, default=0, help="the first random state (default 0)")
-    parser.add_argument("--folds", type=int, default=1,
+    parser.add_argument("--folds", type=int, default=3,
                         help="choose the selector's settings by the mean validation ACR over this many stratified "
-                             "folds of the training split (default 1: one validation split as large as the test "
-                             "split)")
+                             "folds of the training split (default 3; 1: one validation split as large as the "
+                             "test split, the protocol up to stop 20)")
     parser.add_argument("--tasks", nargs="+", choices=tuple(TASKS), default=list(TASKS), help="tasks to run")
     args = parser.parse_args()
     n_samples, n_test, epochs, n_cert, n_sel = (600, 60, 6, 500, 100) if args.quick else (1500, 300, 20, 2000, 400)
