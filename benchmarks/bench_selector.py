@@ -363,11 +363,7 @@ CEILINGS = ("ceiling: the PFAT classifier at each input's best level (oracle)",
 def ceilings(clf, rows, levels, X, y):
     """ACR of the two oracles of :data:`CEILINGS` (the estimator's sigma search is restored after)."""
     selector = clf.sigma_search
-    pfat = []
-    for s in levels:
-        clf.set_params(sigma_search=FixedSigma(s), allocator=NoRegions())
-        prediction, radius = clf.certify(X)
-        pfat.append(np.where(prediction == y, radius, 0.0))
+    pfat = [certify(clf, FixedSigma(s), NoRegions(), X, y)["correct_radius"] for s in levels]
     clf.set_params(sigma_search=selector)
     cohen = [rows[f"Cohen, fixed sigma={s}"]["correct_radius"] for s in levels]
     return {CEILINGS[0]: float(np.max(pfat, axis=0).mean()), CEILINGS[1]: float(np.max(cohen, axis=0).mean())}
