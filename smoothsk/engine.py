@@ -28,7 +28,11 @@ Gaussian pair exceeds with probability 2**-33 (the GPU's cuRAND has the same
 32-bit resolution; torch's CPU ``normal_`` uses 24 bits and cuts at 5.77).
 Away from 0 (u above about 2**-8) float32 keeps 24 bits of u and of the angle;
 u rounds to 1, and the pair to zeros, with probability 2**-25. The user guide
-discusses what float arithmetic means for the certificates.
+discusses what float arithmetic means for the certificates. Inputs in a lower
+precision (float16, bfloat16) get the float32 noisy copy ``x + sigma * e``
+rounded to their type: the module then sees a fixed function (the rounding) of
+the float32 noisy input, never noise or sigma rounded before the sum, which
+would make what it sees depend on ``x`` beyond ``x + sigma * e``.
 
 On other devices a block of ``NOISE_BLOCK`` copies is drawn by the device's
 generator seeded with a 64-bit hash of (stage, input, block): the
@@ -95,6 +99,11 @@ def stage_key(root_seed, stage):
     stage = tuple(int(part) for part in stage)
     sequence = np.random.SeedSequence([int(root_seed), len(stage), *stage])
     return int(sequence.generate_state(1, dtype=np.uint64)[0])
+
+
+def _noise_dtype(dtype):
+    """dtype in which the noisy copies of inputs of ``dtype`` are computed: float64 or else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 class _NoiseSource:
@@ -455,7 +464,7 @@ class MonteCarloEngine:
         X = X.to(self.device, non_blocking=True)
         if self._accelerated() and X.dim() == 4:
             X = X.contiguous(memory_format=torch.channels_last)
-        sigma_t = torch.as_tensor(sigma, dtype=X.dtype, device=self.device)
+        sigma_t = torch.as_tensor(sigma, dtype=_noise_dtype(X.dtype), device=self.device)
         # Sample ends on the device: the owner of each copy is found there, with no host copy per batch.
         ends_t = torch.as_tensor(ends, device=self.device)
         plan = (X, sigma_t, starts, ends, ends_t, self._ids(n_inputs), stage_key(self.root_seed, stage), total,
@@ -493,11 +502,12 @@ class MonteCarloEngine:
         accumulator = torch.zeros((last - first + 1) * self.n_classes,
                                   dtype=torch.float64 if soft else torch.int64, device=self.device)
         accelerated = self._accelerated()
-        noise = torch.empty((min(self.batch_size, total),) + tuple(X.shape[1:]), dtype=X.dtype, device=self.device,
+        noise_dtype = _noise_dtype(X.dtype)
+        noise = torch.empty((min(self.batch_size, total),) + tuple(X.shape[1:]), dtype=noise_dtype, device=self.device,
                             memory_format=torch.channels_last if accelerated and X.dim() == 4
                             else torch.contiguous_format)
         ones = torch.ones(len(noise), dtype=torch.int64, device=self.device)
-        source = _NoiseSource(key, X.shape[1:], X.dtype, self.device, accelerated)
+        source = _NoiseSource(key, X.shape[1:], noise_dtype, self.device, accelerated)
         for batch_start in batch_starts:
             batch_start = int(batch_start)
             batch_end = min(batch_start + self.batch_size, total)
@@ -520,6 +530,7 @@ class MonteCarloEngine:
                 slot = (owner - lo) * self.n_classes
                 scale = sigma[owner].view((-1,) + (1,) * (X.dim() - 1))
                 noisy = batch_noise.mul_(scale).add_(X[owner])
+            noisy = noisy.to(X.dtype)  # rounds a half-precision input's float32 noisy copies; else no copy
             with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
                 logits = self.module(noisy)
             window = accumulator[(lo - first) * self.n_classes:(hi - first) * self.n_classes]

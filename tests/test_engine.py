@@ -268,14 +268,21 @@ class TestMeanSoftmax:
 
 
 class TestDtypes:
-    def test_half_precision_inputs_get_the_float32_noise_rounded(self):
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    def test_half_precision_inputs_get_the_float32_noisy_copies_rounded(self, dtype):
+        # The module then sees round(x + sigma * e) with e and the sum in float32: a fixed function
+        # (the rounding) of the float32 noisy input, so the certificate is about that function
+        # smoothed at the nominal sigma. Noise or sigma rounded to the half type before the sum
+        # would make the module's input depend on x beyond x + sigma * e (and sigma 0.3 is not a
+        # half-precision number).
+        X = torch.linspace(-2.0, 2.0, 6, dtype=dtype).view(2, 3)
         recorder = Recorder(torch.nn.Identity())
         engine = MonteCarloEngine(recorder, 3, batch_size=64, root_seed=0)
-        engine.class_counts(torch.zeros(2, 3, dtype=torch.float32), 1.0, 10, (1,))
-        engine.class_counts(torch.zeros(2, 3, dtype=torch.bfloat16), 1.0, 10, (1,))
+        engine.class_counts(X.float(), 0.3, 10, (1,))
+        engine.class_counts(X, 0.3, 10, (1,))
         single, half = recorder.batches
-        assert half.dtype == torch.bfloat16
-        torch.testing.assert_close(half, single.to(torch.bfloat16), rtol=0, atol=0)
+        assert half.dtype == dtype
+        torch.testing.assert_close(half, single.to(dtype), rtol=0, atol=0)
 
 
 class OutOfMemoryAbove(torch.nn.Module):
