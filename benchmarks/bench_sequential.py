@@ -21,12 +21,15 @@ Prints markdown tables:
    "prior" with its looks placed from the true pA instead of the selection's posterior; "prior" itself.
 
 The sequential variants are the union bound with alpha split equally over the looks ("Seq union",
-the default), the same with ``alpha_spending="predicted"`` ("Seq predicted") or ``"prior"`` ("Seq prior"),
-and the betting confidence sequence ("Seq betting").
+the default), the same with ``alpha_spending="predicted"`` ("Seq predicted"), ``"prior"`` ("Seq prior")
+or ``"plan"`` ("Seq plan"; decline tables only, it has no radius mode), and the betting confidence
+sequence ("Seq betting").
 
 Run ``OMP_NUM_THREADS=1 python benchmarks/bench_sequential.py`` (n_max = 100,000 simulated and
 10,000 on the digits, a few minutes on one core) or add ``--quick`` (n_max = 10,000 simulated and
-2,000 on the digits, fewer inputs); ``--skip-digits`` leaves out table 4.
+2,000 on the digits, fewer inputs); ``--skip-digits`` leaves out table 4. ``--seed-offset K`` shifts
+every seed of the simulation (the pA draws and the binomial streams; the digits keep theirs): the
+"plan" constants were tuned at offset 0, so other offsets are draws they never saw.
 """
 
 import numpy as np
@@ -55,6 +58,7 @@ def decline_methods(n_max):
         "Seq union": SequentialSampler(n_max=n_max, decline=DECLINE, confidence_sequence="union"),
         "Seq predicted": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="predicted"),
         "Seq prior": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="prior"),
+        "Seq plan": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="plan"),
         "Seq betting": SequentialSampler(n_max=n_max, decline=DECLINE, confidence_sequence="betting"),
     }
 
@@ -72,9 +76,9 @@ def print_samples_by_bin(results, p_top):
         table_row([label, f"{mask.sum()}", f"{iss:.0f}", *cells])
 
 
-def distributions(n_inputs):
-    """The simulated pA distributions of bench_iss.py."""
-    rng = np.random.default_rng(0)
+def distributions(n_inputs, seed_offset=0):
+    """The simulated pA distributions of bench_iss.py (drawn with seed ``seed_offset``)."""
+    rng = np.random.default_rng(seed_offset)
     return {
         "pA = 1 - Beta(0.3, 20)": 1 - rng.beta(0.3, 20, n_inputs),
         "pA uniform on [0.3, 1]": rng.uniform(0.3, 1.0, n_inputs),
@@ -93,17 +97,18 @@ def bin_masks(p_top):
             yield f"[{low}, {high})", (top >= low) & (top < high)
 
 
-def bench_decline(n_max, n_inputs):
+def bench_decline(n_max, n_inputs, seed_offset):
     """Samples by pA bin and maximum decline: ISS vs SequentialSampler at the same n_max and U."""
     for sigma in (0.25, 0.5):
-        for name, p_top in distributions(n_inputs).items():
+        for name, p_top in distributions(n_inputs, seed_offset).items():
             X, sigmas = np.zeros((n_inputs, 1)), np.full(n_inputs, sigma)
             top = np.maximum(p_top, 1 - p_top)
             full = clopper_pearson_radius(np.full(n_inputs, n_max), top, sigma, ALPHA)
             methods = decline_methods(n_max)
             results, times = {}, {}
             for label, sampler in methods.items():
-                times[label], results[label] = timed(sampler.certify, BinomialEngine(p_top, seed=1), X, sigmas, ALPHA)
+                engine = BinomialEngine(p_top, seed=1 + seed_offset)
+                times[label], results[label] = timed(sampler.certify, engine, X, sigmas, ALPHA)
             iss_k = results["ISS"].n_samples - max(1, round(0.01 * n_max))
             iss_mad = float(np.max(full - clopper_pearson_radius(iss_k, top, sigma, ALPHA)))
             print(f"\n### {name}, sigma = {sigma}, {n_inputs} inputs, n_max = {n_max:,}, U = {DECLINE}\n")
@@ -118,7 +123,7 @@ def bench_decline(n_max, n_inputs):
             print(f"\nISS's MAD (expected radius at its sample size, ISS Table 1): {iss_mad:.4f}")
 
 
-def bench_mad(n_max, n_streams):
+def bench_mad(n_max, n_streams, seed_offset):
     """MAD (ISS Def. 1-2) by simulation: max over a pA grid of r(n_max, pA) - E[radius at stop].
 
     Each grid value gets ``n_streams`` independent binomial streams run through the samplers' own
@@ -135,7 +140,7 @@ def bench_mad(n_max, n_streams):
         X, sigmas = np.zeros((p_top.size, 1)), np.full(p_top.size, sigma)
         full = clopper_pearson_radius(np.full(grid.size, n_max), grid, sigma, ALPHA)
         for label, sampler in decline_methods(n_max).items():
-            result = sampler.certify(BinomialEngine(p_top, seed=4), X, sigmas, ALPHA)
+            result = sampler.certify(BinomialEngine(p_top, seed=4 + seed_offset), X, sigmas, ALPHA)
             radius = certified_radius(sigma, result.p_lower).reshape(grid.size, n_streams)
             decline = full - radius.mean(axis=1)
             stderr = radius.std(axis=1, ddof=1) / np.sqrt(n_streams)
@@ -146,21 +151,20 @@ def bench_mad(n_max, n_streams):
                        f"{decline[below_one]:.4f}", f"{stderr[below_one]:.4f}", f"{grid[below_one]:g}"])
 
 
-def bench_radius(n_max, n_inputs):
+def bench_radius(n_max, n_inputs, seed_offset):
     """"Robust at r": SequentialSampler(radius=r) vs Cohen's CERTIFY with n = n_max."""
     sigma = 0.5
     print(f"\n### Robust at r, sigma = {sigma}, {n_inputs} inputs; Cohen: n0 = 100, n = {n_max:,}\n")
     table_header(["pA distribution", "r", "CS", "Cohen samples", "Seq samples", "Cohen / Seq", "same decision",
                   "robust (Cohen / Seq)"])
-    for name, p_top in distributions(n_inputs).items():
+    for name, p_top in distributions(n_inputs, seed_offset).items():
         X, sigmas = np.zeros((n_inputs, 1)), np.full(n_inputs, sigma)
-        cohen = FixedSampler(n=n_max, n0=100).certify(BinomialEngine(p_top, seed=2), X, sigmas, ALPHA)
+        cohen = FixedSampler(n=n_max, n0=100).certify(BinomialEngine(p_top, seed=2 + seed_offset), X, sigmas, ALPHA)
         cohen_robust = certified_radius(sigma, cohen.p_lower)
         for r in (0.25, 0.5, 1.0):
             for cs, spending in (("union", "equal"), ("union", "predicted"), ("union", "prior"), ("betting", "equal")):
-                seq = SequentialSampler(n_max=n_max, radius=r, confidence_sequence=cs,
-                                        alpha_spending=spending).certify(BinomialEngine(p_top, seed=3), X, sigmas,
-                                                                         ALPHA)
+                seq = SequentialSampler(n_max=n_max, radius=r, confidence_sequence=cs, alpha_spending=spending)
+                seq = seq.certify(BinomialEngine(p_top, seed=3 + seed_offset), X, sigmas, ALPHA)
                 cs_label = f"{cs}, {spending}"
                 robust_seq = certified_radius(sigma, seq.p_lower) >= r
                 robust_cohen = cohen_robust >= r
@@ -251,44 +255,47 @@ class KnownFrequencyPrior(SequentialSampler):
         return np.full((len(selected), len(quantiles)), self.known_p)
 
 
-def bench_oracle(n_max, n_streams):
+def bench_oracle(n_max, n_streams, seed_offset):
     """Samples / ISS per pA against oracles that know pA, and "prior" with looks from the true pA."""
     grid = np.array([0.6, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999])
     print(f"\n### Where the samples go: {n_streams} streams per pA, n_max = {n_max:,}, U = {DECLINE}; "
           f"samples / ISS's\n")
     table_header(["sigma", "pA", "ISS samples", "oracle(alpha) + 100", "oracle(0.4 alpha) + 100",
-                  "prior, looks from true pA", "Seq prior", "Seq prior decline"])
+                  "prior, looks from true pA", "Seq prior", "Seq prior decline", "Seq plan", "Seq plan decline"])
     for sigma in (0.25, 0.5):
         X, sigmas = np.zeros((n_streams, 1)), np.full(n_streams, sigma)
         oracle = {share: oracle_size(grid, sigma, share * ALPHA, n_max) + 100 for share in (1.0, 0.4)}
         for index, p in enumerate(grid):
             p_top = np.full(n_streams, p)
             iss = InputSpecificSampler(n_max=n_max, decline=DECLINE).certify(
-                BinomialEngine(p_top, seed=6), X, sigmas, ALPHA).n_samples.mean()
+                BinomialEngine(p_top, seed=6 + seed_offset), X, sigmas, ALPHA).n_samples.mean()
             known = KnownFrequencyPrior(n_max=n_max, decline=DECLINE, alpha_spending="prior")
             known.known_p = p
-            known_n = known.certify(BinomialEngine(p_top, seed=7), X, sigmas, ALPHA).n_samples.mean()
-            prior = SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="prior").certify(
-                BinomialEngine(p_top, seed=7), X, sigmas, ALPHA)
+            known_n = known.certify(BinomialEngine(p_top, seed=7 + seed_offset), X, sigmas, ALPHA).n_samples.mean()
             full = clopper_pearson_radius(np.array([n_max]), np.array([p]), sigma, ALPHA)[0]
+            cells = []
+            for spending in ("prior", "plan"):
+                result = SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending=spending).certify(
+                    BinomialEngine(p_top, seed=7 + seed_offset), X, sigmas, ALPHA)
+                cells += [f"{result.n_samples.mean() / iss:.2f}",
+                          f"{full - certified_radius(sigma, result.p_lower).mean():.4f}"]
             table_row([f"{sigma}", f"{p:g}", f"{iss:.0f}", f"{oracle[1.0][index] / iss:.2f}",
-                       f"{oracle[0.4][index] / iss:.2f}", f"{known_n / iss:.2f}",
-                       f"{prior.n_samples.mean() / iss:.2f}",
-                       f"{full - certified_radius(sigma, prior.p_lower).mean():.4f}"])
+                       f"{oracle[0.4][index] / iss:.2f}", f"{known_n / iss:.2f}", *cells])
 
 
 def main():
     parser = quick_parser(__doc__, "n_max = 10,000 and fewer inputs")
     parser.add_argument("--skip-digits", action="store_true", help="simulated counts only")
+    parser.add_argument("--seed-offset", type=int, default=0, help="added to every simulation seed (default 0)")
     args = parser.parse_args()
     n_max, n_inputs = (10_000, 500) if args.quick else (100_000, 1000)
     torch.manual_seed(0)
     print(f"## SequentialSampler (defaults first = 500, growth = 1.5, n0 = 100) vs ISS (k0 = 0.01 n_max) "
           f"and Cohen; alpha = {ALPHA}")
-    bench_mad(n_max, 40 if args.quick else 200)
-    bench_decline(n_max, n_inputs)
-    bench_radius(n_max, n_inputs)
-    bench_oracle(n_max, 100 if args.quick else 400)
+    bench_mad(n_max, 40 if args.quick else 200, args.seed_offset)
+    bench_decline(n_max, n_inputs, args.seed_offset)
+    bench_radius(n_max, n_inputs, args.seed_offset)
+    bench_oracle(n_max, 100 if args.quick else 400, args.seed_offset)
     if not args.skip_digits:
         bench_digits(*((2_000, 30, 10) if args.quick else (10_000, 100, 20)))
 

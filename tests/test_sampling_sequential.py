@@ -59,7 +59,8 @@ class TestAnytimeValidity:
 
 class TestSoundness:
     @pytest.mark.parametrize("confidence_sequence, alpha_spending",
-                             [("union", "equal"), ("betting", "equal"), ("union", "predicted"), ("union", "prior")])
+                             [("union", "equal"), ("betting", "equal"), ("union", "predicted"), ("union", "prior"),
+                              ("union", "plan")])
     @pytest.mark.parametrize("decline_type", ["absolute", "relative"])
     def test_sound_on_linear_model(self, make_linear_classifier, confidence_sequence, alpha_spending,
                                    decline_type):
@@ -177,7 +178,53 @@ class TestSampling:
         spent_at = np.sum(look_alpha * np.log(looks), axis=1) / alpha  # alpha-weighted mean log size
         assert spent_at[n0 - 2] > spent_at[n0 - 2 - 2 * (n0 // 10)] + 0.5
 
-    @pytest.mark.parametrize("alpha_spending", ["predicted", "prior"])
+    @pytest.mark.parametrize("n0", [30, 100])
+    def test_plan_schedule_is_one_look_holding_alpha_or_the_prior(self, n0):
+        # The union argument again: per input, either one size holding all of alpha (a planned
+        # input) or the prior's schedule, chosen from the selection count and sigma alone.
+        alpha, n_max = 0.001, 100_000
+        selected = np.arange(n0 + 1)
+        sigma = np.where(selected % 2 == 0, 0.25, 0.5)
+        sampler = SequentialSampler(n_max=n_max, n0=n0, alpha_spending="plan")
+        geometric = look_sizes(500, 1.5, n_max)
+        never_failed = selected == n0
+        looks, look_alpha = sampler._plan_schedule(selected, never_failed, sigma, alpha, geometric)
+        prior_looks, prior_alpha = sampler._prior_schedule(selected, never_failed, sigma, alpha, geometric)
+        np.testing.assert_allclose(look_alpha.sum(axis=1), alpha, rtol=1e-12)
+        planned = np.all(looks == looks[:, :1], axis=1)
+        np.testing.assert_array_equal(look_alpha[planned, 0], alpha)
+        np.testing.assert_array_equal(looks[~planned], prior_looks[~planned])
+        np.testing.assert_array_equal(look_alpha[~planned], prior_alpha[~planned])
+        # Planned: interior selections, never a never-failing one or one near 1/2 (whose posterior
+        # reaches frequencies that ask no radius); their one look grows with the selection count.
+        assert planned[n0 // 2 + n0 // 5:n0 - n0 // 10].any()
+        assert not planned[never_failed].any() and not planned[:n0 // 2 + 1].any()
+        for parity in (0, 1):
+            sizes = looks[planned & (selected % 2 == parity), 0]
+            assert np.all(np.diff(sizes) >= 0) and len(sizes) > 1
+
+    def test_plan_spending_needs_fewer_samples_where_the_prior_spreads_alpha(self):
+        # pA in [0.85, 0.95] at sigma 0.5: the selection pins the stopping size within a factor 3, and
+        # one look holding all of alpha costs less than the prior's looks (measured: 0.75x on six
+        # seeds), while the mean radius stays within the decline of the radius at n_max (rule (b)
+        # in expectation, ISS's MAD): checked at three standard errors.
+        p_top = np.repeat([0.85, 0.9, 0.95], 100)
+        _, prior = self._run(p_top, sigma=0.5, n_max=100_000, decline=0.05, alpha_spending="prior")
+        _, plan = self._run(p_top, sigma=0.5, n_max=100_000, decline=0.05, alpha_spending="plan")
+        assert plan.n_samples.mean() <= 0.85 * prior.n_samples.mean()
+        radius = 0.5 * stats.norm.ppf(np.clip(plan.p_lower, 0.5, 1)).reshape(3, 100)
+        reference = 0.5 * stats.norm.ppf(stats.beta.ppf(0.001, np.array([0.85, 0.9, 0.95]) * 100_000,
+                                                        np.array([0.15, 0.1, 0.05]) * 100_000 + 1))
+        standard_error = radius.std(axis=1, ddof=1) / 10
+        assert np.all(reference - radius.mean(axis=1) <= 0.05 + 3 * standard_error)
+
+    def test_plan_spending_needs_the_decline_rule(self):
+        engine = BinomialEngine(np.ones(2))
+        with pytest.raises(ValueError, match="alpha_spending='plan' .* needs radius=None; got radius=0.5"):
+            SequentialSampler(alpha_spending="plan", radius=0.5).certify(engine, torch.zeros(2, 1), np.ones(2), 0.01)
+        assert engine.calls == []
+
+    @pytest.mark.parametrize("alpha_spending", ["predicted", "prior", "plan"])
     def test_spending_on_looks_needs_the_union_bound(self, alpha_spending):
         engine = BinomialEngine(np.ones(2))
         with pytest.raises(ValueError, match=f"alpha_spending='{alpha_spending}' .* needs confidence_sequence='union'"):

@@ -14,7 +14,9 @@ one-sided (all of alpha goes to the lower bound) and both computed from counts:
   alpha split over the looks (Voráček's union-bound confidence sequence),
   equally or, with ``alpha_spending="predicted"``, mostly on the looks near
   the size the selection samples predict, or, with ``"prior"``, in
-  proportion to the selection's posterior probability of stopping at each look.
+  proportion to the selection's posterior probability of stopping at each look,
+  or, with ``"plan"``, all of alpha on one look planned from the selection
+  wherever the selection pins the stopping size down.
 """
 
 from numbers import Integral, Real
@@ -62,6 +64,16 @@ _PRIOR_RATIO = 1.2
 _PRIOR_FLOOR = 0.1
 _PRIOR_PASSES = 2
 _PRIOR_INTERVAL_ALPHA = 0.5
+# alpha_spending="plan" (see SequentialSampler, Notes): the Jeffreys posterior quantiles _PLAN_QUANTILES
+# (low, plug-in, high) of the selection count give expected stopping sizes; a selection whose high size is
+# at most _PLAN_SPREAD times its low one gets one look at the plug-in's size, planned for the decline
+# (1 - _PLAN_MARGIN) * decline (the margin pays for the plug-in's own error: the expected radius is convex
+# in the size); expectations over the count use _EXPECTATION_POINTS mid-quantiles of its binomial law
+# (tuned on benchmarks/bench_sequential.py, which measures the MAD).
+_PLAN_QUANTILES = (0.1, 0.5, 0.9)
+_PLAN_SPREAD = 3.0
+_PLAN_MARGIN = 0.05
+_EXPECTATION_POINTS = 16
 # rule (b) is checked on the two-sided (1 - _DECLINE_INTERVAL_ALPHA) Clopper-Pearson interval of the
 # current counts (it only decides when to stop, so it needs no anytime validity).
 _DECLINE_INTERVAL_ALPHA = 0.1
@@ -243,7 +255,7 @@ class SequentialSampler(BaseSampler):
         Ratio of consecutive look sizes, > 1.
     n0 : int, default=100
         Selection samples per input (Cohen et al.'s N0).
-    alpha_spending : {"equal", "predicted", "prior"}, default="equal"
+    alpha_spending : {"equal", "predicted", "prior", "plan"}, default="equal"
         How the union bound shares alpha over the looks. ``"equal"``: equally
         over the geometric looks (plus the never-failing look, Notes).
         ``"predicted"`` (union only): the selection samples also predict the
@@ -254,6 +266,10 @@ class SequentialSampler(BaseSampler):
         only): alpha in proportion to the selection's posterior probability
         of stopping at each look, with a narrower interval for rule (b)
         still; fewer samples than ``"predicted"`` on that benchmark (Notes).
+        ``"plan"`` (union, decline mode only): where the selection predicts
+        the stopping size within a factor 3, a single look there holding all
+        of alpha, else ``"prior"``; the fewest samples for inputs with
+        ``pA < 1`` on that benchmark (Notes).
 
     Notes
     -----
@@ -336,6 +352,28 @@ class SequentialSampler(BaseSampler):
     rule only, like the 90 % one above); ``benchmarks/bench_sequential.py``
     measures the MAD this gives.
 
+    **Planned spending** (``alpha_spending="plan"``). Rule (b) is about the
+    expected decline (ISS's MAD, Def. 2, is a maximum over ``pA`` of an
+    expectation), and for an input whose selection already tells where it
+    will stop, spreading alpha over looks costs more than waiting for the
+    data saves. So the selection count ``s`` of ``n0`` gives the Jeffreys
+    posterior's 10 %, 50 % and 90 % quantiles, and each its *expected*
+    stopping size: the smallest size whose expected Clopper-Pearson radius at
+    the full alpha (over the binomial law of the count at that frequency) is
+    within ``0.95 decline`` of the reference radius (a 5 % margin for the
+    error of the plug-in: the radius is concave in the size, so a random size
+    loses more than the size at its median). Where ``s < n0``, the 10 % size
+    asks for a radius and the 90 % size is at most 3 times the 10 % one, the
+    input gets one look, at the median's size, holding all of alpha, and
+    stops there (Cohen et al.'s CERTIFY with its size chosen from the
+    selection samples); every other input gets the ``"prior"`` schedule.
+    **Validity** is the union argument with a single look, or the prior's:
+    the choice between them, the size and the levels are functions of the
+    selection counts alone, and each row's levels sum to ``alpha``. Measured
+    on ``benchmarks/bench_sequential.py`` (which tuned the three constants,
+    so check it on your own distribution of ``pA``): the MAD stays within
+    ``decline``.
+
     **Why this split of alpha.** Voráček's reference code spends
     ``alpha_k = 5 alpha / ((k + 4) (k + 5))`` over unboundedly many looks
     (sizes growing by 1.1). Our schedule is finite and fixed (it ends at
@@ -371,7 +409,7 @@ class SequentialSampler(BaseSampler):
         "first": [Interval(Integral, 1, None, closed="left")],
         "growth": [Interval(Real, 1, None, closed="neither")],
         "n0": [Interval(Integral, 1, None, closed="left")],
-        "alpha_spending": [StrOptions({"equal", "predicted", "prior"})],
+        "alpha_spending": [StrOptions({"equal", "predicted", "prior", "plan"})],
     }
 
     def __init__(self, n_max=100_000, decline=0.05, decline_type="absolute", radius=None,
@@ -391,6 +429,9 @@ class SequentialSampler(BaseSampler):
         if self.alpha_spending != "equal" and self.confidence_sequence != "union":
             raise ValueError(f"alpha_spending={self.alpha_spending!r} places shares of alpha on looks, so it needs "
                              f"confidence_sequence='union'; got {self.confidence_sequence!r}.")
+        if self.alpha_spending == "plan" and self.radius is not None:
+            raise ValueError(f"alpha_spending='plan' plans each look for the expected radius decline, so it needs "
+                             f"radius=None; got radius={self.radius!r}.")
 
     @property
     def prediction_sample_size(self):
@@ -406,11 +447,12 @@ class SequentialSampler(BaseSampler):
         p = np.clip(p, 0.0, 1.0)
         return sigma * _radius_per_sigma(np.full(p.shape, int(self.n_max)), p, alpha)
 
-    def _required_radius(self, reference):
-        """Smallest radius within the allowed decline of ``reference`` (rule (b))."""
+    def _required_radius(self, reference, margin=0.0):
+        """Smallest radius within the allowed decline of ``reference`` (rule (b)), less a share ``margin`` of it."""
+        decline = (1.0 - margin) * self.decline
         if self.decline_type == "absolute":
-            return reference - self.decline
-        return (1.0 - self.decline) * reference
+            return reference - decline
+        return (1.0 - decline) * reference
 
     def _never_failing_size(self, sigma, share, alpha):
         """Smallest size at which ``N`` ones of ``N`` meet the stopping rule with a share of alpha or weight.
@@ -619,6 +661,80 @@ class SequentialSampler(BaseSampler):
         np.add.at(merged, (np.repeat(np.arange(n_inputs), looks.shape[1]), run_id.ravel()), look_alpha.ravel())
         return looks, np.where(run_start, np.take_along_axis(merged, run_id, axis=1), 0.0)
 
+    def _plan_schedule(self, selected, never_failed, sigma, alpha, geometric):
+        """Looks and their levels for ``alpha_spending="plan"`` (union, decline mode), fixed given the selection.
+
+        An input whose selection count is below ``n0`` and whose posterior
+        quantiles ``_PLAN_QUANTILES`` give expected stopping sizes (see
+        :meth:`_expected_stopping_size`) low ``> 1`` and high ``<=
+        _PLAN_SPREAD * low`` gets the single look at the middle quantile's size,
+        holding all of alpha; every other input the ``"prior"`` schedule.
+
+        Parameters
+        ----------
+        selected, never_failed, sigma, alpha, geometric
+            As in :meth:`_predicted_schedule`.
+
+        Returns
+        -------
+        looks : ndarray of int64, shape (n_inputs, n_geometric + _PRIOR_QUANTILES + 1)
+            Sorted cumulative sizes per input, ending at ``n_max``, or, for a
+            planned input, its one size repeated in every column.
+        look_alpha : ndarray of float, shape (n_inputs, n_geometric + _PRIOR_QUANTILES + 1)
+            Level of each look's Clopper-Pearson bound; each row sums to ``alpha``
+            (a planned input: ``alpha`` in the first column, 0 in the others).
+        """
+        looks, look_alpha = self._prior_schedule(selected, never_failed, sigma, alpha, geometric)
+        keys, inverse = np.unique(np.column_stack([selected, sigma]), axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        p = self._posterior_quantiles(keys[:, 0], np.asarray(_PLAN_QUANTILES))
+        sizes = self._expected_stopping_size(p.ravel(), np.repeat(keys[:, 1], len(_PLAN_QUANTILES)), alpha)
+        low, middle, high = sizes.reshape(len(keys), len(_PLAN_QUANTILES)).T
+        pinned = (keys[:, 0] < int(self.n0)) & (low > 1) & (high <= _PLAN_SPREAD * low)
+        planned = pinned[inverse]
+        looks[planned] = middle[inverse[planned], None]
+        look_alpha[planned] = 0.0
+        look_alpha[planned, 0] = alpha
+        return looks, look_alpha
+
+    def _expected_stopping_size(self, p, sigma, alpha):
+        """Smallest size whose expected radius at frequency ``p`` is within ``(1 - _PLAN_MARGIN) decline`` (bisection).
+
+        The expectation is over the count ``K ~ Binomial(N, p)`` of the
+        Clopper-Pearson radius at level ``alpha``, taken at
+        ``_EXPECTATION_POINTS`` mid-quantiles of ``K``; it grows with ``N``.
+
+        Parameters
+        ----------
+        p : ndarray of float, shape (n_points,)
+            Frequencies of the candidate.
+        sigma : ndarray of float, shape (n_points,)
+        alpha : float
+            Level of the bound and of the reference radius at ``n_max``.
+
+        Returns
+        -------
+        size : ndarray of int64, shape (n_points,)
+            In ``1 .. n_max``: 1 where rule (b) asks no radius at ``p``, ``n_max``
+            where no smaller size reaches the required radius.
+        """
+        n_max = int(self.n_max)
+        target = self._required_radius(self._reference_radius(p, sigma, alpha), margin=_PLAN_MARGIN) / sigma
+        mid_quantiles = (np.arange(_EXPECTATION_POINTS) + 0.5) / _EXPECTATION_POINTS
+        low = np.zeros(len(p), dtype=np.int64)  # 0, or a size whose expected radius misses the target
+        high = np.full(len(p), n_max, dtype=np.int64)  # n_max, or a size that reaches it
+        active = np.flatnonzero((target > 0) & (high - low > 1))
+        while len(active):
+            middle = (low[active] + high[active]) // 2
+            counts = stats.binom.ppf(mid_quantiles[None, :], middle[:, None], p[active, None])
+            trials = np.broadcast_to(middle[:, None], counts.shape).astype(np.float64)
+            expected = certified_radius(1.0, clopper_pearson_lower(counts, trials, alpha)).mean(axis=1)
+            reached = expected >= target[active]
+            high[active[reached]] = middle[reached]
+            low[active[~reached]] = middle[~reached]
+            active = active[high[active] - low[active] > 1]
+        return np.where(target > 0, high, 1)
+
     def _posterior_quantiles(self, selected, quantiles):
         """Quantiles of the Jeffreys posterior ``Beta(selected + 1/2, n0 - selected + 1/2)`` of the candidate.
 
@@ -639,7 +755,7 @@ class SequentialSampler(BaseSampler):
         """Interval on which rule (b) is checked with ``alpha_spending`` "predicted" or "prior" (see Notes).
 
         The two-sided Clopper-Pearson interval at level ``1 - _DECLINE_INTERVAL_ALPHA``
-        ("predicted") or ``1 - _PRIOR_INTERVAL_ALPHA`` ("prior").
+        ("predicted") or ``1 - _PRIOR_INTERVAL_ALPHA`` ("prior", and the inputs "plan" leaves to it).
 
         Parameters
         ----------
@@ -649,7 +765,8 @@ class SequentialSampler(BaseSampler):
         -------
         low, high : ndarray of float, shape (n_rows,)
         """
-        interval_alpha = _PRIOR_INTERVAL_ALPHA if self.alpha_spending == "prior" else _DECLINE_INTERVAL_ALPHA
+        interval_alpha = (_PRIOR_INTERVAL_ALPHA if self.alpha_spending in ("prior", "plan")
+                          else _DECLINE_INTERVAL_ALPHA)
         return clopper_pearson_interval(successes, trials, interval_alpha)
 
     def _decided(self, low, high, certify_at, sigma, alpha, current_lower):
@@ -703,6 +820,9 @@ class SequentialSampler(BaseSampler):
         elif self.alpha_spending == "prior":  # union only (_check_consistency)
             looks, look_alpha = self._prior_schedule(selection[rows, candidate], never_failed, sigma, alpha,
                                                      geometric)
+        elif self.alpha_spending == "plan":  # union and decline mode only (_check_consistency)
+            looks, look_alpha = self._plan_schedule(selection[rows, candidate], never_failed, sigma, alpha,
+                                                    geometric)
         else:
             # The schedule: geometric looks, plus for never-failing selections one look where an
             # input that keeps never failing stops, holding a share of alpha (see Notes).
@@ -768,7 +888,7 @@ class SequentialSampler(BaseSampler):
             if self.alpha_spending != "equal" and self.radius is None:
                 low, high = self._decline_interval(k, n)
             stop = self._decided(low, high, certify_at, sigma[idx], alpha, p_lower[idx])
-            stop |= trials[idx] >= n_max
+            stop |= trials[idx] >= looks[idx, -1]  # the last look: n_max, or the one look "plan" gave the input
             active[idx[stop]] = False
 
         return SamplingResult.from_bound(candidate, p_lower, n0 + trials)
