@@ -4,6 +4,9 @@ Examples written as doctests (``>>>``) run through pytest's ``--doctest-glob``
 (``docs/`` is a test path); this module runs the plain ``python`` blocks.
 """
 
+import ast
+import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -46,3 +49,34 @@ def test_results_are_generated_and_readme_shows_the_generated_digits_table():
         for picture in ("certified_accuracy.png", "sigma_histogram.png"):
             assert f"results/{data}/{picture}" in results
             assert (ROOT / "docs" / "results" / data / picture).exists()
+
+
+API_ENTRY = re.compile(r"^- `(\w+)\(([^`]*)\)`", re.MULTILINE)
+API_SECTION = re.compile(r"^## `(smoothsk[\w.]*)`\n(.*?)(?=^## |\Z)", re.DOTALL | re.MULTILINE)
+
+
+def api_entries():
+    """(module name, public name, listed parameter names) of every signature in docs/api.md."""
+    entries = []
+    for module_name, body in API_SECTION.findall((ROOT / "docs" / "api.md").read_text()):
+        for name, arguments in API_ENTRY.findall(body):
+            parameters = ast.parse(f"def f({arguments}): pass").body[0].args
+            listed = [a.arg for a in (*parameters.posonlyargs, *parameters.args, *parameters.kwonlyargs)]
+            listed += [a.arg for a in (parameters.vararg, parameters.kwarg) if a is not None]
+            entries.append(pytest.param(module_name, name, listed, id=f"{module_name}.{name}"))
+    return entries
+
+
+@pytest.mark.parametrize("module_name, name, listed", api_entries())
+def test_api_page_lists_each_signature_as_the_code_has_it(module_name, name, listed):
+    # docs/api.md is written by hand: its parameter lists must follow the code.
+    obj = getattr(importlib.import_module(module_name), name)
+    actual = [p for p in inspect.signature(obj).parameters if p != "self"]
+    assert listed == actual
+
+
+@pytest.mark.parametrize("module_name", sorted({param.values[0] for param in api_entries()}))
+def test_api_page_lists_every_public_name(module_name):
+    body = dict(API_SECTION.findall((ROOT / "docs" / "api.md").read_text()))[module_name]
+    public = [name for name in importlib.import_module(module_name).__all__ if not name.startswith("__")]
+    assert [name for name in public if f"`{name}" not in body] == []
