@@ -64,15 +64,15 @@ _PRIOR_RATIO = 1.2
 _PRIOR_FLOOR = 0.1
 _PRIOR_PASSES = 2
 _PRIOR_INTERVAL_ALPHA = 0.5
-# alpha_spending="plan" (see SequentialSampler, Notes): the Jeffreys posterior quantiles _PLAN_QUANTILES
-# (low, plug-in, high) of the selection count give expected stopping sizes; a selection whose high size is
-# at most _PLAN_SPREAD times its low one gets one look at the plug-in's size, planned for the decline
-# (1 - _PLAN_MARGIN) * decline (the margin pays for the plug-in's own error: the expected radius is convex
-# in the size); expectations over the count use _EXPECTATION_POINTS mid-quantiles of its binomial law
-# (tuned on benchmarks/bench_sequential.py, which measures the MAD).
-_PLAN_QUANTILES = (0.1, 0.5, 0.9)
+# alpha_spending="plan" (see SequentialSampler, Notes): a selection is planned when the planned sizes at the
+# Jeffreys posterior's _PLAN_SPREAD_QUANTILES (low, high) frequencies ask a radius (low > 1) and differ by at
+# most a factor _PLAN_SPREAD; its size makes the decline, averaged over _PLAN_POSTERIOR_POINTS mid-quantiles
+# of the posterior and the count's binomial law (_EXPECTATION_POINTS mid-quantiles), at most
+# (1 - _PLAN_MARGIN) * decline (tuned on benchmarks/bench_sequential.py, which measures the MAD).
+_PLAN_SPREAD_QUANTILES = (0.1, 0.9)
 _PLAN_SPREAD = 3.0
-_PLAN_MARGIN = 0.05
+_PLAN_POSTERIOR_POINTS = 8
+_PLAN_MARGIN = 0.03
 _EXPECTATION_POINTS = 16
 # rule (b) is checked on the two-sided (1 - _DECLINE_INTERVAL_ALPHA) Clopper-Pearson interval of the
 # current counts (it only decides when to stop, so it needs no anytime validity).
@@ -267,9 +267,10 @@ class SequentialSampler(BaseSampler):
         of stopping at each look, with a narrower interval for rule (b)
         still; fewer samples than ``"predicted"`` on that benchmark (Notes).
         ``"plan"`` (union, decline mode only): where the selection predicts
-        the stopping size within a factor 3, a single look there holding all
-        of alpha, else ``"prior"``; the fewest samples for inputs with
-        ``pA < 1`` on that benchmark (Notes).
+        the stopping size within a factor 3, a single look holding all of
+        alpha at a size planned for the selection's posterior, else
+        ``"prior"``; the fewest samples for inputs with ``pA < 1`` on that
+        benchmark (Notes).
 
     Notes
     -----
@@ -356,23 +357,23 @@ class SequentialSampler(BaseSampler):
     expected decline (ISS's MAD, Def. 2, is a maximum over ``pA`` of an
     expectation), and for an input whose selection already tells where it
     will stop, spreading alpha over looks costs more than waiting for the
-    data saves. So the selection count ``s`` of ``n0`` gives the Jeffreys
-    posterior's 10 %, 50 % and 90 % quantiles, and each its *expected*
-    stopping size: the smallest size whose expected Clopper-Pearson radius at
-    the full alpha (over the binomial law of the count at that frequency) is
-    within ``0.95 decline`` of the reference radius (a 5 % margin for the
-    error of the plug-in: the radius is concave in the size, so a random size
-    loses more than the size at its median). Where ``s < n0``, the 10 % size
-    asks for a radius and the 90 % size is at most 3 times the 10 % one, the
-    input gets one look, at the median's size, holding all of alpha, and
-    stops there (Cohen et al.'s CERTIFY with its size chosen from the
-    selection samples); every other input gets the ``"prior"`` schedule.
+    data saves. The selection count ``s`` of ``n0`` gives the Jeffreys
+    posterior; a size is *planned* for a set of frequencies when the decline
+    (the reference radius less the expected Clopper-Pearson radius at the
+    full alpha, over the binomial law of the count), averaged over the set,
+    is at most ``0.97 decline``. Where ``s < n0``, the size planned for the
+    posterior's 10 % quantile asks for a radius and the one planned for its
+    90 % quantile is at most 3 times larger, the input gets one look holding
+    all of alpha, at the size planned for 8 mid-quantiles of the posterior
+    (so a wider posterior buys more samples), and stops there: Cohen et
+    al.'s CERTIFY with its size chosen from the selection samples. Every
+    other input (never-failing selections, posteriors reaching frequencies
+    that ask no radius, or spread too wide) gets the ``"prior"`` schedule.
     **Validity** is the union argument with a single look, or the prior's:
     the choice between them, the size and the levels are functions of the
-    selection counts alone, and each row's levels sum to ``alpha``. Measured
-    on ``benchmarks/bench_sequential.py`` (which tuned the three constants,
-    so check it on your own distribution of ``pA``): the MAD stays within
-    ``decline``.
+    selection counts alone, and each row's levels sum to ``alpha``.
+    ``benchmarks/bench_sequential.py`` measures the MAD (it tuned the
+    constants: check it on your own distribution of ``pA``).
 
     **Why this split of alpha.** Voráček's reference code spends
     ``alpha_k = 5 alpha / ((k + 4) (k + 5))`` over unboundedly many looks
@@ -665,10 +666,10 @@ class SequentialSampler(BaseSampler):
         """Looks and their levels for ``alpha_spending="plan"`` (union, decline mode), fixed given the selection.
 
         An input whose selection count is below ``n0`` and whose posterior
-        quantiles ``_PLAN_QUANTILES`` give expected stopping sizes (see
-        :meth:`_expected_stopping_size`) low ``> 1`` and high ``<=
-        _PLAN_SPREAD * low`` gets the single look at the middle quantile's size,
-        holding all of alpha; every other input the ``"prior"`` schedule.
+        quantiles ``_PLAN_SPREAD_QUANTILES`` have planned sizes (see
+        :meth:`_planned_size`) low ``> 1`` and high ``<= _PLAN_SPREAD * low``
+        gets a single look holding all of alpha, at the size planned for its
+        whole posterior; every other input the ``"prior"`` schedule.
 
         Parameters
         ----------
@@ -687,48 +688,57 @@ class SequentialSampler(BaseSampler):
         looks, look_alpha = self._prior_schedule(selected, never_failed, sigma, alpha, geometric)
         keys, inverse = np.unique(np.column_stack([selected, sigma]), axis=0, return_inverse=True)
         inverse = inverse.ravel()
-        p = self._posterior_quantiles(keys[:, 0], np.asarray(_PLAN_QUANTILES))
-        sizes = self._expected_stopping_size(p.ravel(), np.repeat(keys[:, 1], len(_PLAN_QUANTILES)), alpha)
-        low, middle, high = sizes.reshape(len(keys), len(_PLAN_QUANTILES)).T
-        pinned = (keys[:, 0] < int(self.n0)) & (low > 1) & (high <= _PLAN_SPREAD * low)
+        key_selected, key_sigma = keys[:, 0], keys[:, 1]
+        ends = self._posterior_quantiles(key_selected, np.asarray(_PLAN_SPREAD_QUANTILES))
+        low, high = (self._planned_size(ends[:, [j]], key_sigma, alpha) for j in (0, 1))
+        pinned = (key_selected < int(self.n0)) & (low > 1) & (high <= _PLAN_SPREAD * low)
+        posterior = self._posterior_quantiles(key_selected[pinned],
+                                              (np.arange(_PLAN_POSTERIOR_POINTS) + 0.5) / _PLAN_POSTERIOR_POINTS)
+        size = np.zeros(len(keys), dtype=np.int64)
+        size[pinned] = self._planned_size(posterior, key_sigma[pinned], alpha)
         planned = pinned[inverse]
-        looks[planned] = middle[inverse[planned], None]
+        looks[planned] = size[inverse[planned], None]
         look_alpha[planned] = 0.0
         look_alpha[planned, 0] = alpha
         return looks, look_alpha
 
-    def _expected_stopping_size(self, p, sigma, alpha):
-        """Smallest size whose expected radius at frequency ``p`` is within ``(1 - _PLAN_MARGIN) decline`` (bisection).
+    def _planned_size(self, p, sigma, alpha):
+        """Smallest size whose decline, averaged over frequencies ``p`` and the count, meets rule (b) (bisection).
 
-        The expectation is over the count ``K ~ Binomial(N, p)`` of the
-        Clopper-Pearson radius at level ``alpha``, taken at
-        ``_EXPECTATION_POINTS`` mid-quantiles of ``K``; it grows with ``N``.
+        The decline at a frequency is the reference radius at ``n_max`` less
+        the expected Clopper-Pearson radius at level ``alpha`` of a count
+        ``K ~ Binomial(N, p)`` (at ``_EXPECTATION_POINTS`` mid-quantiles of
+        ``K``); its mean over a row of ``p`` must be within ``(1 - _PLAN_MARGIN)
+        decline`` (absolute, or relative to the mean reference). The expected
+        radius grows with ``N``.
 
         Parameters
         ----------
-        p : ndarray of float, shape (n_points,)
-            Frequencies of the candidate.
-        sigma : ndarray of float, shape (n_points,)
+        p : ndarray of float, shape (n_rows, n_points)
+            Frequencies of the candidate (a row: points of one posterior).
+        sigma : ndarray of float, shape (n_rows,)
         alpha : float
             Level of the bound and of the reference radius at ``n_max``.
 
         Returns
         -------
-        size : ndarray of int64, shape (n_points,)
-            In ``1 .. n_max``: 1 where rule (b) asks no radius at ``p``, ``n_max``
-            where no smaller size reaches the required radius.
+        size : ndarray of int64, shape (n_rows,)
+            In ``1 .. n_max``: 1 where rule (b) asks no radius on average, ``n_max``
+            where no smaller size suffices.
         """
         n_max = int(self.n_max)
-        target = self._required_radius(self._reference_radius(p, sigma, alpha), margin=_PLAN_MARGIN) / sigma
+        sigma_points = np.broadcast_to(sigma[:, None], p.shape)
+        required = self._required_radius(self._reference_radius(p, sigma_points, alpha), margin=_PLAN_MARGIN)
+        target = required.mean(axis=1) / sigma  # in units of sigma
         mid_quantiles = (np.arange(_EXPECTATION_POINTS) + 0.5) / _EXPECTATION_POINTS
-        low = np.zeros(len(p), dtype=np.int64)  # 0, or a size whose expected radius misses the target
+        low = np.zeros(len(p), dtype=np.int64)  # 0, or a size whose mean expected radius misses the target
         high = np.full(len(p), n_max, dtype=np.int64)  # n_max, or a size that reaches it
         active = np.flatnonzero((target > 0) & (high - low > 1))
         while len(active):
             middle = (low[active] + high[active]) // 2
-            counts = stats.binom.ppf(mid_quantiles[None, :], middle[:, None], p[active, None])
-            trials = np.broadcast_to(middle[:, None], counts.shape).astype(np.float64)
-            expected = certified_radius(1.0, clopper_pearson_lower(counts, trials, alpha)).mean(axis=1)
+            counts = stats.binom.ppf(mid_quantiles, middle[:, None, None], p[active, :, None])
+            trials = np.broadcast_to(middle[:, None, None], counts.shape).astype(np.float64)
+            expected = certified_radius(1.0, clopper_pearson_lower(counts, trials, alpha)).mean(axis=(1, 2))
             reached = expected >= target[active]
             high[active[reached]] = middle[reached]
             low[active[~reached]] = middle[~reached]
