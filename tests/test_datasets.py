@@ -106,7 +106,7 @@ class TestCifar10:
 
         with open(tmp_path / "test_batch", "wb") as f:
             pickle.dump({b"data": Payload(), b"labels": [0]}, f, protocol=2)
-        with pytest.raises(pickle.UnpicklingError, match=r"test_batch.*posix\.mkdir.*refused"):
+        with pytest.raises(pickle.UnpicklingError, match=r"test_batch.*\.mkdir.*refused"):
             load_cifar10(tmp_path, train=False)
         assert not marker.exists()
 
