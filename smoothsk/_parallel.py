@@ -1,11 +1,15 @@
 """Certification split by chunks of inputs over joblib workers.
 
-When the allocator is stateless (:attr:`BaseAllocator.stateless`), each
-input's certificate depends only on the input, the model, the parameters
-and the root seed: its noise streams are keyed by a hash of its values
-(see :mod:`smoothsk.engine`), never by its place in the call. Certifying
-chunks of the inputs in separate workers, search and sampling together,
-therefore gives exactly the certificates of one pass. Workers run wherever
+When the allocator is stateless (:attr:`BaseAllocator.stateless`) and the
+sigma search chooses each input's sigma from that input alone
+(``per_input``, true of every search but ``MultiStartFGSS(per_input=False)``),
+each input's certificate depends only on the input, the model, the
+parameters and the root seed: its noise streams are keyed by a hash of its
+values (see :mod:`smoothsk.engine`), never by its place in the call.
+Certifying chunks of the inputs in separate workers, search and sampling
+together, therefore gives exactly the certificates of one pass
+(:func:`can_split`). A stateful allocator or a search that learns one sigma
+for the whole set keeps its one pass. Workers run wherever
 the active joblib back-end puts them: threads by default, or the processes
 of a ``dask.distributed`` or ray cluster under ``joblib.parallel_config``.
 """
@@ -18,6 +22,25 @@ from .certificates import Certificates
 
 #: Chunks per worker: a little slack so that a slow chunk does not idle the others.
 _CHUNKS_PER_WORKER = 2
+
+
+def can_split(components):
+    """Whether certifying chunks of the inputs separately gives the certificates of one pass.
+
+    Parameters
+    ----------
+    components : dict of str to Component
+        The estimator's validated components (``allocator``, ``sigma_search``, ...).
+
+    Returns
+    -------
+    bool
+        True when the allocator is stateless and the sigma search is
+        ``per_input``; False when a certificate depends on the other inputs
+        of the pass: the regions of a stateful allocator, or one sigma learned
+        for the whole set.
+    """
+    return bool(components["allocator"].stateless and components["sigma_search"].per_input)
 
 
 def n_chunks(n_inputs, n_jobs):

@@ -25,7 +25,8 @@ def check_inputs(estimator, X, reset):
     estimator : SampleWiseSmoothedClassifier
         Named in messages; unless ``reset``, fitted (its ``input_shape_``).
     X : array-like or torch.Tensor, shape (n_inputs, *input_shape) or (n_inputs, n_features)
-        Flat inputs of the fitted number of features are reshaped.
+        Flat inputs of the fitted number of features are reshaped; float
+        tensors of any precision (bfloat16 included) are converted to float32.
     reset : bool
         True in a ``fit`` that learns the input shape from ``X``.
 
@@ -34,7 +35,10 @@ def check_inputs(estimator, X, reset):
     X : ndarray of float32, shape (n_inputs, *input_shape)
     """
     if isinstance(X, torch.Tensor):
-        X = X.detach().cpu().numpy()
+        X = X.detach().cpu()
+        if X.is_floating_point():  # any precision (bfloat16 has no numpy type): the estimator works in float32
+            X = X.to(torch.float32)
+        X = X.numpy()
     X = check_array(X, allow_nd=True, dtype=np.float32, ensure_all_finite=True,
                     ensure_min_samples=1, estimator=estimator, input_name="X")
     if reset:

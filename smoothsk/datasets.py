@@ -151,6 +151,46 @@ def load_mnist(folder, train=True):
     return (images.astype(np.float32) / 255.0)[:, None], labels.astype(np.int64)
 
 
+def _latin1_encode(text, encoding):
+    """``_codecs.encode`` as protocol-2 pickles use it for bytes, and only that."""
+    if encoding != "latin1":
+        raise pickle.UnpicklingError(f"only _codecs.encode(..., 'latin1') is allowed, got encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+# Everything the python batches of CIFAR-10 refer to: numpy arrays (pickled by numpy 1.x or 2.x,
+# protocol 2 as published or 5 as re-saved), their dtypes, and the bytes of a protocol-2 pickle.
+_CIFAR_GLOBALS = {
+    **{(module, "_reconstruct"): np.zeros(1).__reduce_ex__(2)[0]
+       for module in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(module, "_frombuffer"): np.zeros(1).__reduce_ex__(5)[0]
+       for module in ("numpy.core.numeric", "numpy._core.numeric")},
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): _latin1_encode,
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that builds only dicts, lists, strings, numbers and numpy arrays."""
+
+    def find_class(self, module, name):
+        try:
+            return _CIFAR_GLOBALS[module, name]
+        except KeyError:
+            raise pickle.UnpicklingError(f"refers to {module}.{name}, which CIFAR-10's batches never hold; "
+                                         "refused, as loading it could run code from the file") from None
+
+
+def _load_cifar_batch(path):
+    """Unpickle one CIFAR-10 python batch, refusing anything but its containers and arrays."""
+    with open(path, "rb") as f:
+        try:
+            return _CifarUnpickler(f, encoding="bytes").load()
+        except pickle.UnpicklingError as error:
+            raise pickle.UnpicklingError(f"{path}: {error}") from None
+
+
 def load_cifar10(folder, train=True):
     """CIFAR-10 from its python batches in a local folder (nothing is downloaded).
 
@@ -167,6 +207,19 @@ def load_cifar10(folder, train=True):
     X : ndarray of float32, shape (n, 3, 32, 32)
         Intensities in [0, 1].
     y : ndarray of int64, shape (n,)
+
+    Raises
+    ------
+    pickle.UnpicklingError
+        If a batch file refers to anything but numpy arrays, their dtypes and
+        basic containers.
+
+    Notes
+    -----
+    The batches are pickles. They are read with a restricted unpickler that
+    builds only what CIFAR-10's batches hold (dicts, lists, bytes, numbers and
+    numpy arrays), so a tampered file cannot run code on load; it is refused
+    with an error naming the file.
     """
     folder = Path(folder)
     names = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
@@ -175,8 +228,7 @@ def load_cifar10(folder, train=True):
         path = folder / name
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: expected the cifar-10-batches-py folder.")
-        with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")
+        batch = _load_cifar_batch(path)
         images.append(np.asarray(batch[b"data"], dtype=np.uint8))
         labels.append(np.asarray(batch[b"labels"], dtype=np.int64))
     X = np.concatenate(images).reshape(-1, 3, 32, 32).astype(np.float32) / 255.0

@@ -88,7 +88,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     n_jobs : int or None, default=None
         joblib workers (threads unless a joblib back-end such as dask or ray
         is active, see ``joblib.parallel_config``). ``certify`` with a
-        stateless allocator (``NoRegions``) splits the inputs into chunks,
+        stateless allocator (``NoRegions``) and a per-input sigma search splits the inputs into chunks,
         search and sampling together; otherwise, and for ``predict``, the
         workers share the batches of each sampling call (see
         :class:`~smoothsk.engine.MonteCarloEngine`). Results do not depend on it.
@@ -607,10 +607,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         A chunk gets the noise it would get in a one-shot run. With ``n_jobs``
         and a stateless allocator, chunks of the rows are certified by joblib
         workers (see :mod:`smoothsk._parallel`), each with a one-worker engine
-        (no nested parallelism); a stateful allocator keeps its one pass here.
+        (no nested parallelism); a stateful allocator or a set-level search keeps its one pass here.
         """
         self._check_regions(components, regions)
-        if components["allocator"].stateless and _parallel.n_chunks(len(rows), self.n_jobs) > 1:
+        if _parallel.can_split(components) and _parallel.n_chunks(len(rows), self.n_jobs) > 1:
             certify_chunk = functools.partial(self._certify_chunk, components=components, root_seed=root_seed,
                                               progress=None, regions=regions, one_worker=True)
             return _parallel.certify_in_parallel(certify_chunk, X[rows], self.n_jobs, progress)

@@ -1,6 +1,8 @@
 """Data sets: the bundled digits, local MNIST / CIFAR-10 files and the synthetic heterogeneous-margin task."""
 
+import codecs
 import gzip
+import os
 import pickle
 
 import numpy as np
@@ -82,6 +84,42 @@ class TestCifar10:
     def test_missing_batch(self, tmp_path):
         with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
             load_cifar10(tmp_path)
+
+    def test_reads_batch_in_cifar_format(self, tmp_path):
+        # As the published batches: a dict with bytes keys of a uint8 array, lists of labels and of
+        # file names, and a label, pickled with protocol 2 (bytes then go through _codecs.encode).
+        data = (np.arange(2 * 3072) % 256).astype(np.uint8).reshape(2, 3072)
+        batch = {b"batch_label": b"testing batch 1 of 1", b"labels": [3, 8], b"data": data,
+                 b"filenames": [b"cat_1.png", b"ship_2.png"]}
+        with open(tmp_path / "test_batch", "wb") as f:
+            pickle.dump(batch, f, protocol=2)
+        X, y = load_cifar10(tmp_path, train=False)
+        np.testing.assert_allclose(X.reshape(2, 3072) * 255, data, atol=1e-3)
+        assert y.tolist() == [3, 8]
+
+    def test_refuses_batch_that_would_run_code(self, tmp_path):
+        marker = tmp_path / "code_ran"
+
+        class Payload:
+            def __reduce__(self):
+                return os.mkdir, (str(marker),)
+
+        with open(tmp_path / "test_batch", "wb") as f:
+            pickle.dump({b"data": Payload(), b"labels": [0]}, f, protocol=2)
+        with pytest.raises(pickle.UnpicklingError, match=r"test_batch.*\.mkdir.*refused"):
+            load_cifar10(tmp_path, train=False)
+        assert not marker.exists()
+
+    def test_refuses_other_codecs(self, tmp_path):
+        # _codecs.encode is allowed for the latin-1 bytes of protocol 2, not as a gateway to other codecs.
+        class Payload:
+            def __reduce__(self):
+                return codecs.encode, ("x", "rot_13")
+
+        with open(tmp_path / "test_batch", "wb") as f:
+            pickle.dump({b"data": Payload(), b"labels": [0]}, f, protocol=2)
+        with pytest.raises(pickle.UnpicklingError, match="test_batch.*latin1.*rot_13"):
+            load_cifar10(tmp_path, train=False)
 
 
 class TestMakeHeterogeneousMargins:

@@ -6,11 +6,13 @@ import importlib.util
 import joblib
 import numpy as np
 import pytest
+from conftest import SEARCH_WEIGHT
 from sklearn.base import clone
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.certificates import Certificates
 from smoothsk.regions import OnlineBallAllocator
+from smoothsk.sigma import MultiStartFGSS
 
 FIELDS = ("prediction", "radius", "sigma", "p_lower", "n_samples", "search_steps", "region")
 
@@ -67,6 +69,17 @@ class TestChunks:
         assert_same_certificates(details, expected)
         assert chunk_calls == [(len(X), False), (len(X), False)]
         assert parallel.regions_.digest() == one.regions_.digest()
+
+    def test_set_level_sigma_search_keeps_one_pass(self, make_linear_classifier, linear_data, chunk_calls):
+        # One sigma learned for the whole set (Insta-RS Alg. 3): chunks would each learn their own.
+        X = linear_data[0][:13]
+        search = MultiStartFGSS(sigma0=0.25, max_level=8, n=50, per_input=False)
+        one = make_linear_classifier(SEARCH_WEIGHT, sigma_search=search, n=300, n0=30, alpha=0.01)
+        expected = one.certify(X, return_details=True)[2]
+        details = with_params(one, n_jobs=2).certify(X, return_details=True)[2]
+        assert_same_certificates(details, expected)
+        assert np.unique(details.sigma).size == 1
+        assert chunk_calls == [(len(X), False), (len(X), False)]
 
     def test_checkpointed_run_chunks_each_checkpoint_chunk(self, fitted_digits_cnn, reference, chunk_calls,
                                                            tmp_path):

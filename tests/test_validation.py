@@ -125,6 +125,15 @@ class TestValidation:
         X = good_X()
         np.testing.assert_array_equal(clf.certify(X.reshape(3, 16))[1], clf.certify(X)[1])
 
+    @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+    def test_float_tensors_of_any_precision_are_accepted(self, clf, dtype):
+        X = torch.from_numpy(good_X()).to(dtype)
+        expected = clf.certify(X.float().numpy(), return_details=True)
+        found = clf.certify(X, return_details=True)
+        for a, b in zip(found[:2], expected[:2]):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(found[2].p_lower, expected[2].p_lower)
+
     @pytest.mark.parametrize("method, y, message", [
         pytest.param(method, y, message, id=f"{method}-{name}")
         for method in ("fit", "partial_fit") for name, y, message in [

@@ -37,6 +37,8 @@ class BaseSigmaSearch(Component):
     independent samples at the chosen sigma, so the certificate stays valid.
     """
 
+    per_input = True  # each input's sigma depends on that input alone; False: on the whole set (never chunked)
+
     def search(self, engine, X, y=None):
         """Choose sigma for each input.
 
