@@ -15,9 +15,11 @@ which joblib uses). A saved estimator is one such file:
   the format version (:data:`FORMAT_VERSION`), the library version, the
   estimator class, its parameters (``get_params(deep=False)``), ``classes_``
   (values and numpy dtype), ``input_shape_``, the region store's scalar
-  attributes, skorch's ``history``, the fitted certified sigma function's
-  class and parameters (``sigma_search_``, or null), and a manifest of every
-  tensor's dtype and shape;
+  attributes (a file without ``autocast``, the precision its regions were
+  certified in, was saved before stores recorded it: its regions are
+  refused until ``reset_regions()``), skorch's ``history``, the fitted
+  certified sigma function's class and parameters (``sigma_search_``, or
+  null), and a manifest of every tensor's dtype and shape;
 - header entry ``smoothsk_sha256``: the hex SHA-256 of the JSON document's
   UTF-8 bytes followed by the raw bytes of each tensor (as stored) in sorted
   name order.
@@ -99,6 +101,7 @@ from torch.utils.data import DataLoader
 
 from . import models, regions, sampling, sigma, training
 from .regions import RegionStore
+from .regions._store import UNRECORDED
 
 __all__ = ["FORMAT_VERSION", "READ_VERSIONS", "load_estimator", "save_estimator"]
 
@@ -476,6 +479,8 @@ def _decode_regions(attributes, tensors, n_features, source):
     if len({len(array) for array in saved.values()}) > 1:
         raise ValueError(f"{source}: the region arrays have different numbers of rows "
                          f"{ {name: len(array) for name, array in saved.items()} }.")
+    if isinstance(attributes, dict) and "autocast" not in attributes:
+        attributes = {**attributes, "autocast": UNRECORDED}  # saved before stores recorded their precision
     if not (isinstance(attributes, dict) and set(attributes) == set(template_attributes) and all(
             template is None or type(attributes[name]) is type(template)
             for name, template in template_attributes.items())):

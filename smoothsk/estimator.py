@@ -85,6 +85,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         which is another classifier than the float32 module: floating-point
         effects can break certificates of one precision in another
         (Voráček & Hein, 2023). None (the default) runs the module as it is.
+        Robust regions belong to the precision they were certified in
+        (``set_params`` with a new value clears ``regions_``).
     n_jobs : int or None, default=None
         joblib workers (threads unless a joblib back-end such as dask or ray
         is active, see ``joblib.parallel_config``). ``certify`` with a
@@ -204,9 +206,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
 
         A nested parameter of a component left at None first puts the
         default component in place, so ``set_params(sampler__n=1000)`` works
-        on a default-constructed estimator. A new ``alpha`` clears
-        ``regions_``, with a warning if it held regions (their certificates
-        were made at the old alpha).
+        on a default-constructed estimator. A new ``alpha`` or
+        ``certify_autocast`` clears ``regions_``, with a warning if it held
+        regions (their certificates were made at the old alpha, or for the
+        module run in the old precision).
 
         Returns
         -------
@@ -221,6 +224,14 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 warnings.warn(f"alpha changed from {self.regions_.alpha} to {self.alpha}: the {len(self.regions_)} "
                               "regions in regions_ were certified at the old alpha and are cleared.",
                               UserWarning, stacklevel=2)
+            self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+        if ("certify_autocast" in own and hasattr(self, "regions_") and self.regions_.weights is not None
+                and self.regions_.autocast != self.certify_autocast):
+            # The precision the module runs in is part of the classifier the regions certify: as for alpha.
+            if len(self.regions_):
+                warnings.warn(f"certify_autocast changed from {self.regions_.autocast!r} to {self.certify_autocast!r}: "
+                              f"the {len(self.regions_)} regions in regions_ certify the module run in the old "
+                              "precision and are cleared.", UserWarning, stacklevel=2)
             self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
         _params.set_component_params(self, nested)
         return self
@@ -695,9 +706,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             get_store=lambda: self.regions_, set_store=lambda store: setattr(self, "regions_", store))
 
     def _check_regions(self, components, regions=None):
-        """Refuse a store made by other weights, another allocator class or at another alpha (before sampling)."""
+        """Refuse a store of other weights, another allocator class, alpha or precision (before sampling)."""
         regions = self.regions_ if regions is None else regions
-        regions.check_owner(weights_fingerprint(self.module_), type(components["allocator"]).__name__, self.alpha)
+        regions.check_owner(weights_fingerprint(self.module_), type(components["allocator"]).__name__, self.alpha,
+                            self.certify_autocast)
 
     def reset_regions(self):
         """Forget all allocated robust regions.

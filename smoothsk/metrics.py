@@ -1,8 +1,13 @@
 """Certified-robustness metrics and scikit-learn scorers."""
 
-import numpy as np
+import hashlib
+import pickle
+from types import SimpleNamespace
 
-from .pipeline import certify
+import numpy as np
+import torch
+
+from .pipeline import _split, certify
 
 __all__ = [
     "average_certified_radius",
@@ -125,7 +130,14 @@ class _CertifyOnce:
     The result is kept (with the estimator and X themselves, so identity
     checks cannot be fooled by a recycled ``id``) until every scorer of the
     dict has used it; a scorer asking a second time means a new round
-    (e.g. the same estimator refitted), which certifies again.
+    (e.g. the same estimator refitted), which certifies again. It is kept
+    with a digest of the estimator and X as they were after the call
+    (:func:`_state_digest`: weights, parameters, regions, fitted sigma
+    function, a Pipeline's preprocessing, the values of X), and reused only
+    while that digest holds: an estimator refitted, edited or set other
+    parameters, or X edited, between two scorers of one round is certified
+    again. An estimator whose state cannot be pickled, so not digested, is
+    certified by every scorer.
     """
 
     def __init__(self, n_scorers):
@@ -134,11 +146,41 @@ class _CertifyOnce:
 
     def __call__(self, name, estimator, X):
         last = self.last
-        if last is None or last[0] is not estimator or last[1] is not X or name in last[3]:
+        if (last is None or last[0] is not estimator or last[1] is not X or name in last[3]
+                or last[4] is None or _state_digest(estimator, X) != last[4]):
             last = (estimator, X, certify(estimator, X), set())
+            last += (_state_digest(estimator, X),)  # the state the certify call left
         last[3].add(name)
         self.last = None if len(last[3]) == self.n_scorers else last
         return last[2]
+
+
+def _state_digest(estimator, X):
+    """SHA-256 of X, a Pipeline's preprocessing and the smoothed classifier's attributes; None if not picklable.
+
+    The classifier is digested by its attributes (parameters and fitted
+    state), not as an object, so that a subclass defined where pickle
+    cannot find it is digested too; tensors by their values
+    (:class:`_TensorValuePickler`).
+    """
+    preprocessing, classifier = _split(estimator)
+    digest = hashlib.sha256()
+    try:
+        _TensorValuePickler(SimpleNamespace(write=digest.update)).dump((X, preprocessing, vars(classifier)))
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
+    return digest.hexdigest()
+
+
+class _TensorValuePickler(pickle.Pickler):
+    """Pickles a tensor as its dtype, shape and bytes (torch's own pickle of equal tensors differs)."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, torch.Tensor):
+            tensor = obj.detach().cpu().contiguous()
+            return torch.Tensor, (str(tensor.dtype), tuple(tensor.shape),
+                                  tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+        return NotImplemented
 
 
 def certification_scorers(radii):
@@ -147,7 +189,10 @@ def certification_scorers(radii):
     ``GridSearchCV(scoring=certification_scorers([0.25, 0.5]), refit="acr")``
     calls the scorers one after another on the same fitted estimator and
     split; they share one ``certify`` call. A scorer called again on the
-    same estimator and X (e.g. after a refit) certifies afresh.
+    same estimator and X (e.g. after a refit) certifies afresh, and so does
+    a scorer called after the estimator or X changed (refitted, weights
+    edited, parameters set, another ``certify`` call that grew its
+    regions, X edited in place).
 
     Parameters
     ----------

@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+import torch
 
-from smoothsk import ABSTAIN
+from smoothsk import ABSTAIN, certify, metrics
 from smoothsk.metrics import (
     acr_scorer,
     average_certified_radius,
@@ -12,6 +13,7 @@ from smoothsk.metrics import (
     certified_accuracy_curve,
     make_certified_accuracy_scorer,
 )
+from smoothsk.regions import OnlineBallAllocator
 
 Y = np.array([0, 1, 2, 1, 0])
 PREDICTION = np.array([0, 1, 1, ABSTAIN, 0])
@@ -97,6 +99,58 @@ class TestScorers:
         assert scorers["certified_accuracy_at_0.5"](second, X, Y) == pytest.approx(0.6)
         scorers["acr"](second, X.copy(), Y)
         assert (first.calls, second.calls) == (1, 2)
+
+    @pytest.mark.parametrize("change", ["refit flipping the class", "weights edited", "alpha set"])
+    def test_a_change_between_scorers_of_one_round_certifies_again(self, change, make_linear_classifier):
+        """Scorers of one dict after a change of the estimator score its new certificates, not the cached ones.
+
+        On main the cache was keyed by identity only: after a refit that flips the class
+        ``certified_accuracy_at_0.1`` from the dict gave 1.0, a fresh scorer 0.0.
+        """
+        X, y = np.array([[2.0, 0.0], [3.0, 0.0]], np.float32), np.array([1, 1])
+        clf = make_linear_classifier([1.0, 0.0], n=200, n0=20)
+        scorers = certification_scorers([0.1])
+        assert scorers["certified_accuracy_at_0.1"](clf, X, y) == 1.0
+        if change == "refit flipping the class":
+            clf.set_params(module__weight=[-1.0, 0.0]).fit(np.zeros((2, 2), np.float32), [0, 1])
+        elif change == "weights edited":
+            with torch.no_grad():
+                clf.module_.weight.neg_()
+        else:
+            clf.set_params(alpha=0.4)
+        assert scorers["acr"](clf, X, y) == acr_scorer(clf, X, y)
+        if change != "alpha set":
+            assert scorers["acr"](clf, X, y) == 0.0
+
+    def test_regions_grown_between_scorers_certify_again(self, make_linear_classifier, monkeypatch):
+        """Another certify call between two scorers changes a stateful store: the next scorer certifies again."""
+        calls = []
+        monkeypatch.setattr(metrics, "certify", lambda estimator, X: calls.append(X) or certify(estimator, X))
+        X, y = np.array([[2.0, 0.0], [3.0, 0.0]], np.float32), np.array([1, 1])
+        clf = make_linear_classifier([1.0, 0.0], n=200, n0=20, allocator=OnlineBallAllocator())
+        scorers = certification_scorers([0.1, 0.2])
+        scorers["acr"](clf, X, y)
+        scorers["certified_accuracy_at_0.1"](clf, X, y)
+        assert len(calls) == 1  # one round, nothing changed: shared
+        clf.certify(np.array([[-5.0, 0.0]], np.float32))
+        scorers["certified_accuracy_at_0.2"](clf, X, y)
+        assert len(calls) == 2
+
+    def test_inputs_edited_between_scorers_are_certified_again(self):
+        scorers = certification_scorers([0.5])
+        estimator, X = StubEstimator(), np.zeros((5, 2))
+        scorers["acr"](estimator, X, Y)
+        X[0] = 1.0
+        scorers["certified_accuracy_at_0.5"](estimator, X, Y)
+        assert estimator.calls == 2
+
+    def test_an_estimator_that_cannot_be_pickled_is_certified_by_each_scorer(self):
+        scorers = certification_scorers([0.0, 0.5])
+        estimator, X = StubEstimator(), np.zeros((5, 2))
+        estimator.sink = lambda message: None  # as a callback holding a lambda
+        scores = [scorer(estimator, X, Y) for scorer in scorers.values()]
+        assert scores == pytest.approx([0.45, 0.6, 0.4])
+        assert estimator.calls == 3
 
     def test_duplicate_radii(self):
         scorers = certification_scorers([0.5, 0.5])

@@ -436,3 +436,19 @@ class TestCertifiedSigmaFunctions:
         with pytest.raises(ValueError, match=r"forged\.safetensors: sigma_search_ of a SemiElasticSigma must hold "
                                              r"exactly 'training_inputs' \(float64, shape \(n_train >= k=1, 2\)\)"):
             load(tmp_path / "forged.safetensors", module=clf.module)
+
+
+def test_regions_saved_without_their_precision_are_refused_until_reset(make_linear_classifier, tmp_path):
+    """A file from before region stores recorded ``autocast`` loads; its regions certify no known precision."""
+    clf = make_linear_classifier([1.0, -1.0], n=100, n0=10, allocator=OnlineBallAllocator())
+    X = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    clf.certify(X)
+    clf.save(tmp_path / "model.safetensors")
+    _, document, tensors = read_file(tmp_path / "model.safetensors")
+    del document["regions_"]["autocast"]
+    write_file(tmp_path / "older.safetensors", document, tensors)
+    loaded = load(tmp_path / "older.safetensors", module=clf.module)
+    assert len(loaded.regions_) == len(clf.regions_)
+    with pytest.raises(ValueError, match=r"in a precision this store did not record.*reset_regions\(\)"):
+        loaded.certify(X)
+    np.testing.assert_array_equal(loaded.reset_regions().certify(X)[0], clf.certify(X)[0])

@@ -1,4 +1,5 @@
-"""A region store belongs to the weights, alpha and allocator class it was made with; other ones clear or refuse it."""
+"""A region store belongs to the weights, alpha, precision and allocator class it was made with; other ones clear or
+refuse it."""
 
 import numpy as np
 import pytest
@@ -112,6 +113,57 @@ def test_a_store_made_at_another_alpha_is_refused_or_cleared(allocator, make_lin
     assert len(clf.regions_) > 0
 
 
+class BoundaryNearOne(torch.nn.Module):
+    """Class 1 where ``x[0] < 1.003``, from one Linear layer (which ``torch.autocast`` runs in bfloat16).
+
+    In bfloat16 the bias 1.003 rounds to 1.0 and the input 1.0015 to 1.0: the
+    float32 module says class 1 at ``x = 1.0015``, the bfloat16 one class 0.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(1, 2)
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.tensor([[1.0], [-1.0]]))
+            self.lin.bias.copy_(torch.tensor([-1.003, 1.003]))
+
+    def forward(self, x):
+        return self.lin(x[:, :1])
+
+
+@pytest.mark.parametrize("allocator", REGION_ALLOCATORS, ids=repr)
+def test_a_store_made_in_another_precision_is_refused_or_cleared(allocator):
+    """certify_autocast is part of the store's owner, as alpha: assigned directly it is refused, set_params clears.
+
+    On main the store of the float32 module (region: class 1 around x = 1.0015) was kept
+    after switching to bfloat16, whose smoothed classifier says class 0 there.
+    """
+    clf = SampleWiseSmoothedClassifier(
+        BoundaryNearOne, training=FixedSigmaTraining(0.0005), sigma_search=FixedSigma(0.0005), allocator=allocator,
+        sampler=FixedSampler(n=2000, n0=100), alpha=0.001, max_epochs=0, random_state=0)
+    clf.fit(np.zeros((2, 1), np.float32), [0, 1])
+    X = np.array([[1.0015]], np.float32)
+    np.testing.assert_array_equal(clf.certify(X)[0], 1)
+    n_calls = clf.regions_.n_calls
+    clf.certify_autocast = "bfloat16"
+    for method in (clf.certify, clf.predict):
+        with pytest.raises(ValueError, match=r"certify_autocast=None.*certify_autocast is now 'bfloat16'.*"
+                                             r"reset_regions\(\)"):
+            method(X)
+    clf.certify_autocast = None
+    clf.certify(X)  # back in the store's precision
+    assert clf.regions_.n_calls == n_calls + 1
+    with pytest.warns(UserWarning, match=r"certify_autocast changed from None to 'bfloat16'.*cleared"):
+        clf.set_params(certify_autocast="bfloat16")
+    assert len(clf.regions_) == 0
+    prediction, _ = clf.certify(X)
+    np.testing.assert_array_equal(prediction, 0)  # the bfloat16 classifier's own class, no stored claim of 1
+    np.testing.assert_array_equal(clf.predict(X), 0)
+    assert clf.regions_.autocast == "bfloat16"
+    clf.set_params(certify_autocast="bfloat16")  # the same precision keeps the store
+    assert len(clf.regions_) > 0
+
+
 def test_digest_follows_contents():
     store = RegionStore.empty(3)
     empty = store.digest()
@@ -127,6 +179,9 @@ def test_digest_follows_contents():
     counted = store.digest()
     store.alpha = 0.01
     assert store.digest() != counted
+    at_alpha = store.digest()
+    store.autocast = "bfloat16"
+    assert store.digest() != at_alpha
 
 
 class ShiftedLogits(torch.nn.Module):

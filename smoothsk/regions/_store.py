@@ -8,6 +8,11 @@ import numpy as np
 import torch
 
 
+#: ``RegionStore.autocast`` of a store saved before stores recorded their precision:
+#: no current ``certify_autocast`` owns its regions.
+UNRECORDED = "unrecorded"
+
+
 @dataclass
 class RegionStore:
     """Regions allocated so far, one row per region.
@@ -53,6 +58,11 @@ class RegionStore:
     alpha : float or None
         The estimator's ``alpha`` when the regions were made; None until
         first used.
+    autocast : {"bfloat16", "float16"} or None
+        The estimator's ``certify_autocast`` when the regions were made: the
+        precision the module ran in, so part of the classifier the regions
+        certify. None for the module run as it is (and until first used);
+        :data:`UNRECORDED` for a store saved before stores recorded it.
 
     Notes
     -----
@@ -60,8 +70,8 @@ class RegionStore:
     was made with. The estimator clears its store after any training and
     whenever it rebuilds the module (``set_params(module__...)``), and
     calls :meth:`check_owner` before every use, which refuses a non-empty
-    store whose weights, allocator class or ``alpha`` are not the current
-    ones.
+    store whose weights, allocator class, ``alpha`` or precision
+    (``certify_autocast``) are not the current ones.
 
     The ``alpha`` rule is one rule for every allocator. A
     :class:`~smoothsk.regions.MemoryAllocator` answers an input identical to a remembered
@@ -74,6 +84,13 @@ class RegionStore:
     ``set_params(alpha=...)`` with a new value clears the store (as
     rebuilding the module does); assigning ``alpha`` directly leaves the
     store to be refused.
+
+    The precision is part of the owner for the same reason as the weights:
+    a module run under ``torch.autocast`` is another classifier than the
+    module run as it is, and a region certified for one can hold inputs the
+    other classifies otherwise. ``set_params(certify_autocast=...)`` with a
+    new value clears the store, exactly as for ``alpha``; assigning
+    ``certify_autocast`` directly leaves the store to be refused.
 
     Examples
     --------
@@ -91,6 +108,7 @@ class RegionStore:
     weights: str = None
     allocator: str = None
     alpha: float = None
+    autocast: str = None
 
     @classmethod
     def empty(cls, n_features):
@@ -110,13 +128,13 @@ class RegionStore:
             ``centres``, ``radii``, ``sigmas``, ``predictions``, ``p_lowers``.
         attributes : dict
             ``n_calls`` (int) and the owner: ``weights`` (fingerprint),
-            ``allocator`` (class name) and ``alpha`` (float), None until the
-            store is first used.
+            ``allocator`` (class name), ``alpha`` (float), None until the
+            store is first used, and ``autocast`` (str or None).
         """
         arrays = {"centres": self.centres, "radii": self.radii, "sigmas": self.sigmas,
                   "predictions": self.predictions, "p_lowers": self.p_lowers}
         return arrays, {"n_calls": int(self.n_calls), "weights": self.weights, "allocator": self.allocator,
-                        "alpha": self.alpha}
+                        "alpha": self.alpha, "autocast": self.autocast}
 
     @classmethod
     def from_arrays(cls, arrays, attributes):
@@ -169,8 +187,8 @@ class RegionStore:
         self.n_calls += 1
         return self.n_calls
 
-    def check_owner(self, weights, allocator, alpha):
-        """Refuse regions made by other weights, another allocator class or at another alpha.
+    def check_owner(self, weights, allocator, alpha, autocast):
+        """Refuse regions made by other weights, another allocator class, at another alpha or in another precision.
 
         A store that has never been used (``weights`` is None) or that
         holds no region adopts the given owner.
@@ -183,16 +201,18 @@ class RegionStore:
             Name of the current allocator class.
         alpha : float
             The estimator's current ``alpha``.
+        autocast : {"bfloat16", "float16"} or None
+            The estimator's current ``certify_autocast``.
 
         Raises
         ------
         ValueError
             If the store holds regions of other weights, of another
-            allocator class or made at another ``alpha``;
-            ``reset_regions()`` starts a new store.
+            allocator class, made at another ``alpha`` or in another
+            precision; ``reset_regions()`` starts a new store.
         """
         if self.weights is None or len(self) == 0:
-            self.weights, self.allocator, self.alpha = weights, allocator, float(alpha)
+            self.weights, self.allocator, self.alpha, self.autocast = weights, allocator, float(alpha), autocast
             return
         if weights != self.weights:
             raise ValueError(
@@ -211,9 +231,17 @@ class RegionStore:
                 "their certificates (which a MemoryAllocator reports again for remembered inputs) hold with "
                 f"another probability. Call reset_regions() to start a new store at alpha={alpha}, or set "
                 f"alpha back to {self.alpha}.")
+        if autocast != self.autocast:
+            made = ("in a precision this store did not record (saved by an older smoothsk)"
+                    if self.autocast == UNRECORDED else f"with certify_autocast={self.autocast!r}")
+            raise ValueError(
+                f"regions_ holds {len(self)} regions certified {made}, but certify_autocast is now {autocast!r}: "
+                "the module run in another precision is another classifier, which their certificates say "
+                f"nothing about. Call reset_regions() to start a new store for certify_autocast={autocast!r}"
+                + ("." if self.autocast == UNRECORDED else f", or set certify_autocast back to {self.autocast!r}."))
 
     def digest(self):
-        """SHA-256 of everything the store holds: regions, call counter and owner (weights, allocator, alpha).
+        """SHA-256 of everything the store holds: regions, call counter and owner (weights, allocator, alpha, autocast).
 
         Returns
         -------
@@ -221,7 +249,7 @@ class RegionStore:
             Hex digest; equal for equal contents (a checkpoint can tell
             whether the store changed since it was written).
         """
-        owner = (self.weights, self.allocator, self.alpha)
+        owner = (self.weights, self.allocator, self.alpha, self.autocast)
         digest = hashlib.sha256(repr((self.centres.shape, self.n_calls) + owner).encode())
         for values in (self.centres, self.radii, self.sigmas, self.predictions, self.p_lowers):
             digest.update(np.ascontiguousarray(values).data)
