@@ -90,6 +90,9 @@ def check_chunk_size(checkpoint_every):
 def check_path(checkpoint):
     """Validate the ``checkpoint`` argument; returns it as a Path.
 
+    The file is written in its folder (a temporary file, then a rename), so
+    the folder must exist and be writable: checked here, before any sampling.
+
     Parameters
     ----------
     checkpoint : str or os.PathLike
@@ -103,6 +106,13 @@ def check_path(checkpoint):
     path = Path(checkpoint)
     if path.is_dir():
         raise ValueError(f"checkpoint must be a file path, but {str(path)!r} is a directory.")
+    folder = path.absolute().parent
+    if not folder.exists():
+        raise ValueError(f"checkpoint {str(path)!r} cannot be written: its folder {str(folder)!r} does not exist.")
+    if not folder.is_dir():
+        raise ValueError(f"checkpoint {str(path)!r} cannot be written: {str(folder)!r} is not a directory.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"checkpoint {str(path)!r} cannot be written: its folder {str(folder)!r} is not writable.")
     return path
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from . import SampleWiseSmoothedClassifier
+from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._presets import MODULES, PRESETS, preset_params
 from .allocator import keep_freed_memory
@@ -129,6 +130,8 @@ def load_model(path):
 def run_certify(args):
     """``smoothsk certify``: certify every input of an ``.npz`` with a saved model, write a CSV."""
     check_output(args.out)
+    if args.checkpoint is not None:
+        check_path(args.checkpoint)
     clf = load_model(args.model)
     X, y = read_npz(args.data, require_y=False)
     if tuple(X.shape[1:]) != tuple(clf.input_shape_):

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import os
 
 import joblib
 import numpy as np
@@ -240,4 +241,24 @@ class TestFileSafety:
         with pytest.raises(ValueError, match="checkpoint_every must be a positive int"):
             clf.certify(X, checkpoint=path, checkpoint_every=every)
         assert path.read_bytes() == saved
+        assert InterruptingSampler.calls == []
+
+    @pytest.mark.parametrize("folder", ["missing", "a-file"])
+    def test_a_folder_it_cannot_write_in_is_refused_before_sampling(self, make_clf, tmp_path, folder):
+        (tmp_path / "a-file").write_text("not a folder")
+        path = tmp_path / folder / "certify.ckpt"
+        with pytest.raises(ValueError, match=rf"checkpoint .*{folder}.* (does not exist|is not a directory)"):
+            make_clf().certify(inputs(), checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == []
+
+    @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes in any folder")
+    def test_a_read_only_folder_is_refused_before_sampling(self, make_clf, tmp_path):
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o500)
+        try:
+            with pytest.raises(ValueError, match=r"checkpoint .*read-only.* not writable"):
+                make_clf().certify(inputs(), checkpoint=folder / "certify.ckpt", checkpoint_every=10)
+        finally:
+            folder.chmod(0o700)
         assert InterruptingSampler.calls == []

@@ -178,3 +178,18 @@ def test_an_output_folder_that_does_not_exist_is_refused_before_any_work(command
     inputs = [str(data)] if command == "fit" else [str(model), str(data)]
     assert main([command, *inputs, "--out", str(out)]) == 2
     assert "no-such-folder" in capsys.readouterr().err
+
+
+def test_a_checkpoint_folder_that_does_not_exist_is_refused_before_any_work(npz_data, tmp_path, capsys,
+                                                                            monkeypatch):
+    _, _, data, model = npz_data
+
+    def expensive(*args, **kwargs):
+        raise AssertionError("loaded the model before checking --checkpoint")
+
+    monkeypatch.setattr(SampleWiseSmoothedClassifier, "load", expensive)
+    checkpoint = tmp_path / "no-such-folder" / "run.ckpt"
+    assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
+                 "--checkpoint", str(checkpoint)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint" in err and "no-such-folder" in err and "does not exist" in err
