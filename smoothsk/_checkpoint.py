@@ -30,18 +30,21 @@ refused: resuming would mix certificates made against different stores.
 """
 
 import copy
+import functools
 import hashlib
 import json
 import os
 import tempfile
+import types
 import zipfile
 from numbers import Integral
 from pathlib import Path
 
 import joblib
 import numpy as np
+import torch
+from sklearn.neighbors import BallTree, KDTree
 
-from ._modes import evaluating
 from .certificates import Certificates
 from .regions._store import weights_fingerprint
 
@@ -90,6 +93,9 @@ def check_chunk_size(checkpoint_every):
 def check_path(checkpoint):
     """Validate the ``checkpoint`` argument; returns it as a Path.
 
+    The file is written in its folder (a temporary file, then a rename), so
+    the folder must exist and be writable: checked here, before any sampling.
+
     Parameters
     ----------
     checkpoint : str or os.PathLike
@@ -103,6 +109,13 @@ def check_path(checkpoint):
     path = Path(checkpoint)
     if path.is_dir():
         raise ValueError(f"checkpoint must be a file path, but {str(path)!r} is a directory.")
+    folder = path.absolute().parent
+    if not folder.exists():
+        raise ValueError(f"checkpoint {str(path)!r} cannot be written: its folder {str(folder)!r} does not exist.")
+    if not folder.is_dir():
+        raise ValueError(f"checkpoint {str(path)!r} cannot be written: {str(folder)!r} is not a directory.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"checkpoint {str(path)!r} cannot be written: its folder {str(folder)!r} is not writable.")
     return path
 
 
@@ -147,12 +160,62 @@ def weights_digest(module, classes):
         ("classes_", np.frombuffer(joblib.hash(np.asarray(classes)).encode(), dtype=np.uint8))])
 
 
+#: Objects pickled by reference (qualified name): hashed as they are, never walked.
+_BY_REFERENCE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
+                 functools.partial)
+
+
+def _leaf_digest(value):
+    """:func:`joblib.hash` of ``value``; by its type and ``repr`` where it cannot be pickled (a lambda, say)."""
+    try:
+        return joblib.hash(value)
+    except Exception:  # noqa: BLE001 - pickling can fail with any error type
+        return joblib.hash((type(value).__module__, type(value).__qualname__, repr(value)))
+
+
+def _value_form(value, ancestors=frozenset()):
+    """A form of ``value`` that is equal for equal states: what :func:`parameters_digest` hashes.
+
+    Pickling a tensor goes through its storage, and gives other bytes for
+    two equal tensors, so :func:`joblib.hash` cannot compare them. Here a
+    tensor becomes its dtype, shape and bytes; lists, tuples and dicts map
+    their items; an object that pickles by its state (a module, a
+    scikit-learn-style component, a callback) becomes its class and the form
+    of that state (``__getstate__()``, else ``__dict__``; a module's without
+    its train/eval flag: certify runs every module in eval mode), so a module
+    or a component holding one is compared by values. A KD- or ball tree (a
+    fitted neighbour index) becomes its arrays, without its query counters,
+    which every query advances. Anything else (numbers, strings, arrays,
+    classes, functions) is a leaf, hashed by :func:`_leaf_digest`.
+    """
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        return ("tensor", str(tensor.dtype), tuple(tensor.shape), tensor.reshape(-1).view(torch.uint8).numpy())
+    if id(value) in ancestors:
+        return ("cycle", type(value).__module__, type(value).__qualname__)
+    inner = ancestors | {id(value)}
+    if type(value) in (list, tuple):
+        return (type(value).__name__, [_value_form(item, inner) for item in value])
+    if isinstance(value, dict):
+        return ("dict", {key: _value_form(item, inner) for key, item in value.items()})
+    cls = type(value)
+    if isinstance(value, (KDTree, BallTree)):  # a neighbour index: its arrays, not its query counters
+        return ("tree", cls.__module__, cls.__qualname__, [_leaf_digest(array) for array in value.get_arrays()])
+    if (hasattr(value, "__dict__") and not isinstance(value, _BY_REFERENCE)
+            and cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__):
+        getstate = getattr(value, "__getstate__", None)
+        state = getstate() if getstate is not None else vars(value)
+        if isinstance(value, torch.nn.Module):
+            state = {key: item for key, item in state.items() if key != "training"}  # certify runs in eval mode
+        return ("object", cls.__module__, cls.__qualname__, _value_form(state, inner))
+    return ("leaf", _leaf_digest(value))
+
+
 def parameters_digest(params):
     """Digest of parameter values (not of their reprs, which scikit-learn elides).
 
-    Each value is hashed by :func:`joblib.hash` (its pickled content;
-    classes and functions by qualified name). A value that cannot be pickled
-    (a lambda callback, say) is hashed by its type and ``repr``.
+    Equal values give equal digests, whatever the objects' identities: two
+    equal modules, tensors or components holding them (see :func:`_value_form`).
 
     Parameters
     ----------
@@ -163,22 +226,17 @@ def parameters_digest(params):
     -------
     str
     """
-    digests = []
-    for name in sorted(params):
-        try:
-            value_digest = joblib.hash(params[name])
-        except Exception:  # noqa: BLE001 - pickling can fail with any error type
-            value = params[name]
-            value_digest = joblib.hash((type(value).__module__, type(value).__qualname__, repr(value)))
-        digests.append((name, value_digest))
+    digests = [(name, joblib.hash(_value_form(params[name]))) for name in sorted(params)]
     return hashlib.sha256(json.dumps(digests).encode()).hexdigest()
 
 
 def run_fingerprint(estimator, X):
     """Fingerprint digests of a ``certify`` run on ``X`` (the ``parts`` of :func:`certify_in_chunks`).
 
-    Puts the module in eval mode first: the mode certify runs in, part of a
-    module-valued parameter's state.
+    A ``random_state`` that is a RandomState instance is recorded as such,
+    not by its state: a run's noise comes from the root seed recorded in the
+    checkpoint (as with ``random_state=None``), so a resume gets the
+    certificates of the run it continues, whatever the instance drew since.
 
     Parameters
     ----------
@@ -194,12 +252,14 @@ def run_fingerprint(estimator, X):
     """
     params = {name: value for name, value in estimator.get_params(deep=True).items()
               if name not in _NOT_IN_CERTIFICATES}
-    # A module instance given as a parameter is hashed with its train/eval flag: hash it in the mode certify runs in.
-    with evaluating(estimator.module_):
-        return {"inputs": inputs_digest(X),
-                "parameters": parameters_digest(params),
-                "weights": weights_digest(estimator.module_, estimator.classes_),
-                "sigma function": parameters_digest({"sigma_search_": getattr(estimator, "sigma_search_", None)})}
+    if isinstance(params.get("random_state"), np.random.RandomState):
+        # As with None, a run's noise comes from the root seed drawn once and recorded in the checkpoint: the
+        # instance's state, which each use advances, is not part of the run.
+        params["random_state"] = "a numpy RandomState instance"
+    return {"inputs": inputs_digest(X),
+            "parameters": parameters_digest(params),
+            "weights": weights_digest(estimator.module_, estimator.classes_),
+            "sigma function": parameters_digest({"sigma_search_": getattr(estimator, "sigma_search_", None)})}
 
 
 def _refuse(path, what):

@@ -12,8 +12,10 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from sklearn.base import clone
 
 from . import SampleWiseSmoothedClassifier
+from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._presets import MODULES, PRESETS, preset_params
 from .allocator import keep_freed_memory
@@ -126,10 +128,34 @@ def load_model(path):
         raise InputFileError(message if str(path) in message else f"{path}: {message}") from exc
 
 
+def sampler_with_sizes(clf, args):
+    """A copy of the model's sampler with the ``--n`` / ``--n0`` given set; its other parameters are kept.
+
+    Raises
+    ------
+    ValueError
+        Naming the sampler's class and the option, where the sampler has no
+        parameter of that name (``InputSpecificSampler`` and
+        ``SequentialSampler`` have ``n_max``, not ``n``).
+    """
+    sampler = clone(clf._component("sampler"))
+    given = {name: value for name, value in (("n", args.n), ("n0", args.n0)) if value is not None}
+    parameters = sampler.get_params(deep=False)
+    for name in given:
+        if name not in parameters:
+            raise ValueError(f"--{name}: the model {args.model} certifies with a {type(sampler).__name__}, which has "
+                             f"no parameter {name!r} (its parameters: {', '.join(parameters)}); leave --{name} out "
+                             f"to use the model's sampler as saved.")
+    return sampler.set_params(**given)
+
+
 def run_certify(args):
     """``smoothsk certify``: certify every input of an ``.npz`` with a saved model, write a CSV."""
     check_output(args.out)
+    if args.checkpoint is not None:
+        check_path(args.checkpoint)
     clf = load_model(args.model)
+    sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
     X, y = read_npz(args.data, require_y=False)
     if tuple(X.shape[1:]) != tuple(clf.input_shape_):
         raise InputFileError(f"{args.data}: inputs of shape {X.shape[1:]}, but the model {args.model} was trained "
@@ -137,10 +163,8 @@ def run_certify(args):
     settings = {"n_jobs": args.n_jobs, "verbose": int(args.verbose)}
     if args.alpha is not None:
         settings["alpha"] = args.alpha
-    if args.n is not None or args.n0 is not None:
-        current = clf._component("sampler")
-        n0 = args.n0 if args.n0 is not None else getattr(current, "n0", 100)
-        settings["sampler"] = FixedSampler(n=args.n if args.n is not None else getattr(current, "n", 10_000), n0=n0)
+    if sampler is not None:
+        settings["sampler"] = sampler
     if args.device is not None:
         settings["device"] = args.device
     clf.set_params(**settings)
@@ -210,8 +234,10 @@ def build_parser():
     cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV)")
     cert.add_argument("--out", required=True, help="CSV to write: index, prediction, radius, sigma, n_samples, "
                                                    "guarantee (and y)")
-    cert.add_argument("--n", type=int, help="certification samples per input (default: the model's)")
-    cert.add_argument("--n0", type=int, help="selection samples per input (default: the model's)")
+    cert.add_argument("--n", type=int, help="certification samples per input: the parameter n of the model's "
+                                            "sampler (a FixedSampler's; default: the model's)")
+    cert.add_argument("--n0", type=int, help="selection samples per input: the parameter n0 of the model's sampler "
+                                             "(default: the model's)")
     cert.add_argument("--alpha", type=float, help="failure probability per certificate (default: the model's)")
     cert.add_argument("--checkpoint", help="file saving finished chunks; rerun the command to resume")
     cert.add_argument("--n-jobs", type=int, help="parallel workers of the Monte Carlo engine")

@@ -2,15 +2,20 @@
 
 import copy
 import json
+import os
 
 import joblib
 import numpy as np
 import pytest
 import torch
 
+from conftest import LinearLogits, SlabLogits
+from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk._checkpoint import parameters_digest
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import MultiStartFGSS
+from smoothsk.sigma import CertifiedSigmaSelector, MultiStartFGSS, SemiElasticSigma
+from smoothsk.training import FixedSigmaTraining
 
 WEIGHT, BIAS = (1.0, -2.0), 0.1
 
@@ -140,6 +145,93 @@ class TestResume:
         assert_same_store(saved.regions_, uninterrupted.regions_)
 
 
+class CallbackLike:
+    """An object holding a reference to itself (as a callback may hold its owner)."""
+
+    def __init__(self):
+        self.threshold = 1
+        self.owner = self
+
+
+def slab_classifier(sigma_search):
+    """A slab estimator (no training) with a fitted certified sigma function and an interruptible sampler."""
+    clf = SampleWiseSmoothedClassifier(SlabLogits, training=FixedSigmaTraining(0.25), sigma_search=sigma_search,
+                                       sampler=InterruptingSampler(n=100, n0=10), alpha=0.01, max_epochs=0,
+                                       random_state=0)
+    return clf.fit(inputs(20, seed=3), [0, 1] * 10)
+
+
+class TestSameRun:
+    """An unchanged run resumes: its fingerprint depends on values, never on object identity or query counts."""
+
+    def test_a_copy_with_a_module_instance_resumes(self, tmp_path):
+        X, path = inputs(), tmp_path / "certify.ckpt"
+        clf = SampleWiseSmoothedClassifier(LinearLogits(WEIGHT, BIAS), training=FixedSigmaTraining(0.5),
+                                           sampler=InterruptingSampler(n=100, n0=10), max_epochs=0, random_state=0)
+        clf.fit(inputs(2), [0, 1])
+        saved = copy.deepcopy(clf)  # equal tensors, other objects
+        interrupt(clf, X, path)
+        saved.certify(X, checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == [10, 5]
+
+    def test_a_selector_saved_before_and_loaded_after_the_crash_resumes(self, tmp_path):
+        X, path, model = inputs(), tmp_path / "certify.ckpt", tmp_path / "model.safetensors"
+        clf = slab_classifier(CertifiedSigmaSelector(levels=(0.25, 1.0), n=100, n0=10, selector_epochs=1))
+        expected = clf.certify(X)
+        clf.save(model)
+        interrupt(clf, X, path)
+        loaded = SampleWiseSmoothedClassifier.load(model, allowed_classes=[SlabLogits, InterruptingSampler])
+        resumed = loaded.certify(X, checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == [10, 5]
+        np.testing.assert_array_equal(resumed[1], expected[1])
+
+    def test_semi_elastic_sigma_resumes_after_its_index_was_queried(self, tmp_path):
+        X, path = inputs(), tmp_path / "certify.ckpt"
+        clf = slab_classifier(SemiElasticSigma(k=3))
+        interrupt(clf, X, path)
+        clf.predict(X)  # queries the neighbour index again
+        clf.certify(X, checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == [10, 5]
+
+    def test_another_fitted_sigma_function_is_refused(self, tmp_path):
+        X, path = inputs(), tmp_path / "certify.ckpt"
+        clf = slab_classifier(SemiElasticSigma(k=3))
+        saved = interrupt(clf, X, path)
+        other = slab_classifier(SemiElasticSigma(k=3)).set_params(max_epochs=0)
+        other.fit(inputs(20, seed=4), [0, 1] * 10)  # same parameters, other training inputs
+        with pytest.raises(ValueError, match=r"another run.*sigma function"):
+            other.certify(X, checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == []
+        assert path.read_bytes() == saved
+
+    def test_a_module_instance_configured_otherwise_is_another_run(self, tmp_path):
+        # half_width is an attribute, outside the state_dict the weights part digests.
+        X, path = inputs(), tmp_path / "certify.ckpt"
+        clf = SampleWiseSmoothedClassifier(SlabLogits(half_width=1.0), training=FixedSigmaTraining(0.5),
+                                           sampler=InterruptingSampler(n=100, n0=10), max_epochs=0, random_state=0)
+        clf.fit(inputs(2), [0, 1])
+        interrupt(clf, X, path)
+        clf.module_.half_width = 0.5
+        with pytest.raises(ValueError, match=r"another run.*parameters"):
+            clf.certify(X, checkpoint=path, checkpoint_every=10)
+
+    def test_parameters_that_refer_to_themselves_are_digested(self):
+        first, second = CallbackLike(), CallbackLike()
+        assert parameters_digest({"callback": first}) == parameters_digest({"callback": second})
+        second.threshold = 2
+        assert parameters_digest({"callback": first}) != parameters_digest({"callback": second})
+
+    def test_a_random_state_instance_resumes_with_the_recorded_seed(self, make_clf, tmp_path):
+        # The run's noise comes from the root seed recorded in the checkpoint, as with random_state=None.
+        X, path = inputs(), tmp_path / "certify.ckpt"
+        expected = make_clf(random_state=np.random.RandomState(0)).certify(X, return_details=True)
+        clf = make_clf(random_state=np.random.RandomState(0))
+        interrupt(clf, X, path)
+        resumed = clf.certify(X, return_details=True, checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == [10, 5]
+        np.testing.assert_array_equal(resumed[2].p_lower, expected[2].p_lower)
+
+
 class TestRegions:
     def test_resume_does_not_drop_regions_of_other_calls(self, make_clf, tmp_path):
         # The regression: a resumed run replaced regions_ with its snapshot (18 of 18 regions dropped).
@@ -240,4 +332,24 @@ class TestFileSafety:
         with pytest.raises(ValueError, match="checkpoint_every must be a positive int"):
             clf.certify(X, checkpoint=path, checkpoint_every=every)
         assert path.read_bytes() == saved
+        assert InterruptingSampler.calls == []
+
+    @pytest.mark.parametrize("folder", ["missing", "a-file"])
+    def test_a_folder_it_cannot_write_in_is_refused_before_sampling(self, make_clf, tmp_path, folder):
+        (tmp_path / "a-file").write_text("not a folder")
+        path = tmp_path / folder / "certify.ckpt"
+        with pytest.raises(ValueError, match=rf"checkpoint .*{folder}.* (does not exist|is not a directory)"):
+            make_clf().certify(inputs(), checkpoint=path, checkpoint_every=10)
+        assert InterruptingSampler.calls == []
+
+    @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes in any folder")
+    def test_a_read_only_folder_is_refused_before_sampling(self, make_clf, tmp_path):
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o500)
+        try:
+            with pytest.raises(ValueError, match=r"checkpoint .*read-only.* not writable"):
+                make_clf().certify(inputs(), checkpoint=folder / "certify.ckpt", checkpoint_every=10)
+        finally:
+            folder.chmod(0o700)
         assert InterruptingSampler.calls == []

@@ -7,6 +7,7 @@ import pytest
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.cli import build_parser, main
 from smoothsk.models import FlatMLP
+from smoothsk.sampling import InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import FixedSigmaTraining
 
@@ -87,6 +88,43 @@ class TestFitCertify:
         assert main(["certify", str(model), str(data), "--out", str(resumed), "--checkpoint",
                      str(tmp_path / "run.ckpt"), *common]) == 0
         assert plain.read_text() == resumed.read_text()
+
+
+class TestSampleSizes:
+    """``--n`` / ``--n0`` set those parameters of the model's own sampler, and are refused where it has none."""
+
+    @staticmethod
+    def model_with(npz_data, tmp_path, sampler):
+        X, _, _, model = npz_data
+        path, test = tmp_path / "model.safetensors", tmp_path / "test.npz"
+        SampleWiseSmoothedClassifier.load(model).set_params(sampler=sampler).save(path)
+        np.savez(test, X=X[:4])
+        return path, test
+
+    def test_n0_keeps_the_saved_sampler_and_its_other_parameters(self, npz_data, tmp_path):
+        X, _, _, _ = npz_data
+        sampler = SequentialSampler(n_max=300, first=60, n0=20)
+        model, test = self.model_with(npz_data, tmp_path, sampler)
+        out = tmp_path / "c.csv"
+        assert main(["certify", str(model), str(test), "--out", str(out), "--n0", "10"]) == 0
+        clf = SampleWiseSmoothedClassifier.load(model).set_params(sampler__n0=10)
+        _, radius, details = clf.certify(X[:4], return_details=True)
+        rows = read_csv(out)
+        assert [float(row["radius"]) for row in rows] == radius.tolist()
+        assert [int(row["n_samples"]) for row in rows] == details.n_samples.tolist()
+
+    @pytest.mark.parametrize("sampler, option", [
+        pytest.param(InputSpecificSampler(n_max=300), "--n0", id="iss-n0"),
+        pytest.param(InputSpecificSampler(n_max=300), "--n", id="iss-n"),
+        pytest.param(SequentialSampler(n_max=300), "--n", id="sequential-n"),
+    ])
+    def test_an_option_the_saved_sampler_lacks_is_refused(self, npz_data, tmp_path, capsys, sampler, option):
+        model, test = self.model_with(npz_data, tmp_path, sampler)
+        out = tmp_path / "c.csv"
+        assert main(["certify", str(model), str(test), "--out", str(out), option, "50"]) == 2
+        err = capsys.readouterr().err
+        assert type(sampler).__name__ in err and f"no parameter {option[2:]!r}" in err
+        assert not out.exists()
 
 
 def bad_npz(tmp_path, kind):
@@ -178,3 +216,18 @@ def test_an_output_folder_that_does_not_exist_is_refused_before_any_work(command
     inputs = [str(data)] if command == "fit" else [str(model), str(data)]
     assert main([command, *inputs, "--out", str(out)]) == 2
     assert "no-such-folder" in capsys.readouterr().err
+
+
+def test_a_checkpoint_folder_that_does_not_exist_is_refused_before_any_work(npz_data, tmp_path, capsys,
+                                                                            monkeypatch):
+    _, _, data, model = npz_data
+
+    def expensive(*args, **kwargs):
+        raise AssertionError("loaded the model before checking --checkpoint")
+
+    monkeypatch.setattr(SampleWiseSmoothedClassifier, "load", expensive)
+    checkpoint = tmp_path / "no-such-folder" / "run.ckpt"
+    assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
+                 "--checkpoint", str(checkpoint)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint" in err and "no-such-folder" in err and "does not exist" in err
