@@ -125,7 +125,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         Robust regions allocated so far (empty without regions).
     sigma_search_ : BaseCertifiedSigma
         Only with a certified sigma function: the fitted clone of
-        ``sigma_search`` that ``certify`` and ``predict`` use.
+        ``sigma_search`` that ``certify`` and ``predict`` use. Every
+        ``fit``/``partial_fit`` and every new module drops it first: it
+        belongs to the weights it was fitted for.
     input_shape_ : tuple of int
         Shape of one input.
     n_features_in_ : int
@@ -308,6 +310,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                     self.history_[:] = history
                 raise
             self.regions_ = RegionStore.empty(self.n_features_in_)
+        # A fitted sigma function certifies the weights it was fitted for: training changes them.
+        vars(self).pop("sigma_search_", None)
         # The user's schedule is a parameter: a clone of it carries this run's state
         # (objective, stage), so fit never writes into what was passed.
         self.training_ = clone(components["training"])
@@ -367,6 +371,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             # A new module is a new model, even where its seeded state_dict (and so the
             # store's weights fingerprint) equals the old one's: its regions certify the old model.
             self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+        vars(self).pop("sigma_search_", None)  # fitted for the old module, like the regions
         return self
 
     def get_dataset(self, X, y=None):
