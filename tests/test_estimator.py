@@ -411,3 +411,15 @@ class TestFittedSigmaFunctionLifetime:
         with pytest.raises(ValueError, match="logits of shape"):  # SlabLogits has two classes
             clf.fit(np.zeros((3, 2), dtype=np.float32), [0, 1, 2])
         assert clf.sigma_search_ is fitted
+
+    @pytest.mark.parametrize("refit", ["fit", "partial_fit"])
+    def test_a_failing_sigma_function_fit_leaves_none_behind(self, refit):
+        clf = self.slab_classifier()
+        # A selector class built with two outputs for three levels: fit_sigma fails after training.
+        failing = CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), selector=LevelSelectorLogits, selector_epochs=0,
+                                         n=100, n0=20)
+        with pytest.raises(ValueError, match="one logit per level"):
+            getattr(clf.set_params(sigma_search=failing), refit)(np.zeros((2, 2), dtype=np.float32), [0, 1])
+        assert not hasattr(clf, "sigma_search_")
+        with pytest.raises(NotFittedError, match="call fit again"):
+            clf.set_params(sigma_search=self.selector()).certify(np.array([[0.0, -2.0]], dtype=np.float32))

@@ -5,11 +5,13 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from conftest import SlabLogits, slab_probability
 from scipy import integrate, optimize, stats
 from sklearn.base import clone
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk.models import FlatMLP
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import SemiElasticSigma, semi_elastic_radius
@@ -282,3 +284,29 @@ class TestSoundnessForG:
                                            allocator=OnlineBallAllocator())
         with pytest.raises(ValueError, match="allocator"):
             clf.fit(np.zeros((4, 2), dtype=np.float32), [0, 1, 0, 1])
+
+
+class TestCheckedBeforeTraining:
+    @staticmethod
+    def classifier(**params):
+        return SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, training=FixedSigmaTraining(0.5),
+                                            sigma_search=SemiElasticSigma(**params), random_state=0)
+
+    @pytest.mark.parametrize("params, available", [({"k": 4}, 3), ({"k": 5, "offset": 0.0}, 4)])
+    def test_too_large_k_is_refused_before_training(self, params, available):
+        clf = self.classifier(**params)
+        with pytest.raises(ValueError, match=f"k={params['k']} nearest training inputs .* use k <= {available}"):
+            clf.fit(np.zeros((4, 2), dtype=np.float32), [0, 1, 0, 1])
+        assert not hasattr(clf, "module_")
+
+    def test_a_refused_refit_leaves_the_fitted_estimator_as_it_was(self):
+        # The reviewer's case: the check came after training, with new weights and the old fit's sigma function.
+        X = np.random.default_rng(0).normal(size=(30, 2)).astype(np.float32)
+        clf = self.classifier(k=3).set_params(module=FlatMLP, module__hidden=4, max_epochs=1)
+        clf.fit(X, (X[:, 0] > 0).astype(int))
+        weights = {key: value.clone() for key, value in clf.module_.state_dict().items()}
+        fitted, history = clf.sigma_search_, len(clf.history)
+        with pytest.raises(ValueError, match="k=3 nearest training inputs"):
+            clf.set_params(max_epochs=5).fit(X[:3], [0, 1, 0])
+        assert all(torch.equal(weights[key], value) for key, value in clf.module_.state_dict().items())
+        assert clf.sigma_search_ is fitted and len(clf.history) == history

@@ -236,7 +236,8 @@ class SemiElasticSigma(BaseCertifiedSigma):
         ``r = 0`` is ``FixedSigma(base_sigma)`` with Cohen's radius.
     k : int, default=20
         Number of nearest training inputs averaged, >= 1, at most the
-        number of training inputs (minus one when ``offset`` is learned).
+        number of training inputs (minus one when ``offset`` is learned);
+        ``fit`` checks it before any training.
     offset : float or None, default=None
         Neighbour distance at which ``sigma = base_sigma``. None: learned at
         ``fit``, the mean over training inputs of their mean distance to
@@ -284,14 +285,22 @@ class SemiElasticSigma(BaseCertifiedSigma):
         self.k = k
         self.offset = offset
 
-    def _fit_sigma(self, estimator, X, y):
-        X = _flat(X)
+    def _check_before_fit(self, training, X):
+        self._check_neighbours(len(X))
+
+    def _check_neighbours(self, n_train):
+        """Raise ``ValueError`` unless ``n_train`` training inputs hold ``k`` neighbours of each input."""
         learned = self.offset is None
-        available = len(X) - 1 if learned else len(X)
+        available = n_train - 1 if learned else n_train
         if self.k > available:
-            raise ValueError(f"k={self.k} nearest training inputs are needed, but fit saw {len(X)} training "
+            raise ValueError(f"k={self.k} nearest training inputs are needed, but fit saw {n_train} training "
                              f"inputs{' (each input is not its own neighbour when offset is learned)' * learned}: "
                              f"use k <= {available}.")
+
+    def _fit_sigma(self, estimator, X, y):
+        X = _flat(X)
+        self._check_neighbours(len(X))  # also where fit_sigma is called directly
+        learned = self.offset is None
         self.training_inputs_ = X
         self.neighbors_ = NearestNeighbors(n_neighbors=self.k).fit(X)
         if learned:
