@@ -678,7 +678,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                                    (1.0 - share) * self.alpha * alpha_share, stage)
 
         classified = components["allocator"].allocate(
-            regions, X[rows].reshape(len(rows), -1), chosen.sigma[rows], certify_fn)
+            regions, X[rows].reshape(len(rows), self.n_features_in_), chosen.sigma[rows], certify_fn)
         prediction = np.full(len(X), ABSTAIN, dtype=np.int64)
         p_lower = np.zeros(len(X))
         n_samples = np.zeros(len(X), dtype=np.int64)

@@ -424,3 +424,12 @@ class TestChangedAfterFit:
         fitted = clf.sigma_search_.selector_module_
         assert any(not torch.equal(value, selector.state_dict()[key]) for key, value in fitted.state_dict().items())
         clf.certify(self.X)  # the parameter still holds the weights fit started from: no refit needed
+
+
+def test_every_input_abstained_by_the_selector_abstains():
+    # On the threshold x1 = 0 the smoothed selector is split evenly between the levels: it abstains.
+    clf = slab_classifier(exact_selector(n=200))
+    prediction, radius, details = clf.certify(np.zeros((3, 2), dtype=np.float32), return_details=True)
+    np.testing.assert_array_equal(prediction, ABSTAIN)
+    np.testing.assert_array_equal(radius, 0.0)
+    np.testing.assert_array_equal(details.n_samples, 0)
