@@ -127,7 +127,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         Robust regions allocated so far (empty without regions).
     sigma_search_ : BaseCertifiedSigma
         Only with a certified sigma function: the fitted clone of
-        ``sigma_search`` that ``certify`` and ``predict`` use.
+        ``sigma_search`` that ``certify`` and ``predict`` use. Every
+        ``fit``/``partial_fit`` and every new module drops it first: it
+        belongs to the weights it was fitted for.
     input_shape_ : tuple of int
         Shape of one input.
     n_features_in_ : int
@@ -319,6 +321,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                     self.history_[:] = history
                 raise
             self.regions_ = RegionStore.empty(self.n_features_in_)
+        # A fitted sigma function certifies the weights it was fitted for: training changes them.
+        vars(self).pop("sigma_search_", None)
         # The user's schedule is a parameter: a clone of it carries this run's state
         # (objective, stage), so fit never writes into what was passed.
         self.training_ = clone(components["training"])
@@ -378,6 +382,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             # A new module is a new model, even where its seeded state_dict (and so the
             # store's weights fingerprint) equals the old one's: its regions certify the old model.
             self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+        vars(self).pop("sigma_search_", None)  # fitted for the old module, like the regions
         return self
 
     def get_dataset(self, X, y=None):
@@ -684,7 +689,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                                    (1.0 - share) * self.alpha * alpha_share, stage)
 
         classified = components["allocator"].allocate(
-            regions, X[rows].reshape(len(rows), -1), chosen.sigma[rows], certify_fn)
+            regions, X[rows].reshape(len(rows), self.n_features_in_), chosen.sigma[rows], certify_fn)
         prediction = np.full(len(X), ABSTAIN, dtype=np.int64)
         p_lower = np.zeros(len(X))
         n_samples = np.zeros(len(X), dtype=np.int64)

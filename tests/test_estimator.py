@@ -8,7 +8,7 @@ import joblib
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_digits_classifier
+from conftest import LevelSelectorLogits, SlabLogits, tiny_digits_classifier
 from scipy import stats
 from sklearn.base import clone
 from sklearn.exceptions import DataConversionWarning, NotFittedError
@@ -16,8 +16,9 @@ from sklearn.model_selection import GridSearchCV
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk.metrics import acr_scorer, average_certified_radius, certification_scorers
-from smoothsk.models import DigitsCNN
+from smoothsk.models import DigitsCNN, FlatMLP
 from smoothsk.sampling import FixedSampler
+from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma
 from smoothsk.training import FixedSigmaTraining
 
 #: Error probability of each statistical check below (a binomial or chi-square quantile).
@@ -358,3 +359,67 @@ class TestGuarantee:
         clf = make_linear_classifier([1.0, -1.0], n=50, n0=10, sigma_search=GridSigmaSearch(0.2, 0.5, step=0.1, n=20))
         _, _, details = clf.certify(np.array([[1.0, 0.0]], dtype=np.float32), return_details=True)
         assert "not G" in details.guarantee
+
+
+class TestFittedSigmaFunctionLifetime:
+    """``sigma_search_`` certifies the weights it was fitted for: every fit and module rebuild drops it."""
+
+    @staticmethod
+    def selector():
+        return CertifiedSigmaSelector(levels=(0.25, 1.0), selector=LevelSelectorLogits(), fit_selector=False,
+                                      n=100, n0=20)
+
+    def slab_classifier(self):
+        return SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=self.selector(),
+                                            sampler=FixedSampler(n=100, n0=20), random_state=0).fit(
+            np.zeros((2, 2), dtype=np.float32), [0, 1])
+
+    def test_a_refit_of_another_dimension_does_not_revive_the_old_selector(self):
+        # The reviewer's case: the selector fitted for a 2-feature model, set again on a refitted 3-feature one.
+        rng = np.random.default_rng(0)
+        selector = CertifiedSigmaSelector(levels=(0.25, 1.0), n=50, n0=10, selector_epochs=1)
+        clf = SampleWiseSmoothedClassifier(FlatMLP, module__hidden=8, max_epochs=1, sigma_search=selector,
+                                           sampler=FixedSampler(n=50, n0=10), random_state=0)
+        X2, X3 = rng.normal(size=(20, 2)).astype(np.float32), rng.normal(size=(20, 3)).astype(np.float32)
+        clf.fit(X2, (X2[:, 0] > 0).astype(int))
+        clf.set_params(sigma_search=FixedSigma(0.25)).fit(X3, (X3[:, 0] > 0).astype(int))
+        clf.set_params(sigma_search=selector)
+        with pytest.raises(NotFittedError, match="call fit again"):
+            clf.certify(X3[:2])
+        with pytest.raises(NotFittedError, match="call fit again"):
+            clf.predict(X3[:2])
+
+    @pytest.mark.parametrize("refit", ["fit", "partial_fit"])
+    def test_a_refit_of_the_same_dimension_does_not_revive_the_old_selector(self, refit):
+        clf = self.slab_classifier()
+        selector = clf.sigma_search
+        clf.set_params(sigma_search=FixedSigma(0.25))
+        getattr(clf, refit)(np.zeros((2, 2), dtype=np.float32), [0, 1])
+        clf.set_params(sigma_search=selector)
+        with pytest.raises(NotFittedError, match="call fit again"):
+            clf.certify(np.array([[0.0, -2.0]], dtype=np.float32))
+
+    def test_a_module_rebuild_drops_the_fitted_selector(self):
+        clf = self.slab_classifier()
+        clf.set_params(module__half_width=2.0)  # skorch builds a new module_
+        with pytest.raises(NotFittedError, match="call fit again"):
+            clf.certify(np.array([[0.0, -2.0]], dtype=np.float32))
+
+    def test_a_refused_refit_keeps_the_fitted_selector(self):
+        clf = self.slab_classifier()
+        fitted = clf.sigma_search_
+        with pytest.raises(ValueError, match="logits of shape"):  # SlabLogits has two classes
+            clf.fit(np.zeros((3, 2), dtype=np.float32), [0, 1, 2])
+        assert clf.sigma_search_ is fitted
+
+    @pytest.mark.parametrize("refit", ["fit", "partial_fit"])
+    def test_a_failing_sigma_function_fit_leaves_none_behind(self, refit):
+        clf = self.slab_classifier()
+        # A selector class built with two outputs for three levels: fit_sigma fails after training.
+        failing = CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), selector=LevelSelectorLogits, selector_epochs=0,
+                                         n=100, n0=20)
+        with pytest.raises(ValueError, match="one logit per level"):
+            getattr(clf.set_params(sigma_search=failing), refit)(np.zeros((2, 2), dtype=np.float32), [0, 1])
+        assert not hasattr(clf, "sigma_search_")
+        with pytest.raises(NotFittedError, match="call fit again"):
+            clf.set_params(sigma_search=self.selector()).certify(np.array([[0.0, -2.0]], dtype=np.float32))

@@ -5,9 +5,10 @@ import pytest
 import torch
 from conftest import SEARCH_WEIGHT, LinearLogits, StageSpy
 from scipy import stats
+from sklearn.exceptions import NotFittedError
 
 from smoothsk import ABSTAIN
-from smoothsk.sigma import GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
+from smoothsk.sigma import CertifiedSigmaSelector, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
 from smoothsk._stages import SEARCH_STAGE
 
 SEARCHES = [
@@ -45,3 +46,17 @@ def test_searches_draw_only_search_stage_noise(linear_data, search):
     engine.stages = []
     search.search(engine.restricted(np.arange(20)), torch.from_numpy(linear_data[0][:20]))
     assert engine.stages and all(stage[0] == SEARCH_STAGE for stage in engine.stages)
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_fitted_state_compares_arrays_by_value(as_tensor):
+    # 1001 levels: numpy and torch summarise the middle of the repr, where the two differ.
+    levels = np.linspace(0.1, 2.0, 1001)
+    changed = levels.copy()
+    changed[500] += 0.01
+    wrap = torch.from_numpy if as_tensor else np.asarray
+    fitted = CertifiedSigmaSelector(levels=wrap(levels))
+    assert repr(CertifiedSigmaSelector(levels=wrap(changed))) == repr(fitted)
+    with pytest.raises(NotFittedError, match=r"\['levels'\] changed since fit"):
+        CertifiedSigmaSelector(levels=wrap(changed)).with_fitted_state(fitted)
+    assert CertifiedSigmaSelector(levels=wrap(levels.copy()), n=7).with_fitted_state(fitted).n == 7

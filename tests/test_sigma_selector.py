@@ -386,3 +386,50 @@ class TestValidation:
         clf.set_params(sigma_search=exact_selector())
         with pytest.raises(NotFittedError, match="call fit again"):
             clf.predict(disc_inputs(2))
+
+
+class TestChangedAfterFit:
+    """A selector set after ``fit`` is used only if it is the fitted one by value: its weights, not its repr."""
+
+    X = np.array([[0.0, -2.0], [0.0, 2.0]], dtype=np.float32)
+
+    def test_a_selector_with_other_buffers_needs_a_refit(self):
+        # The reviewer's case: the repr of LevelSelectorLogits shows no thresholds (a buffer).
+        clf = slab_classifier(exact_selector(thresholds=(0.0,), n=200))
+        clf.set_params(sigma_search=exact_selector(thresholds=(5.0,), n=200))
+        with pytest.raises(NotFittedError, match=r"\['selector'\] changed since fit"):
+            clf.certify(self.X)
+
+    def test_a_selector_trained_further_in_place_needs_a_refit(self):
+        clf = slab_classifier(exact_selector(n=200))
+        with torch.no_grad():
+            clf.sigma_search.selector.unused.add_(1.0)
+        with pytest.raises(NotFittedError, match=r"\['selector'\] changed since fit"):
+            clf.predict(self.X)
+
+    def test_an_equal_selector_is_the_fitted_one(self):
+        clf = slab_classifier(exact_selector(n=200))
+        expected = clf.certify(self.X, return_details=True)
+        clf.set_params(sigma_search=exact_selector(n=200))  # another instance, the same weights
+        certified = clf.certify(self.X, return_details=True)
+        np.testing.assert_array_equal(certified[2].sigma, expected[2].sigma)
+        np.testing.assert_array_equal(certified[1], expected[1])
+
+    def test_a_selector_instance_trained_in_fit_stays_the_users_start(self):
+        selector = FlatMLP(n_classes=2, hidden=4)
+        with torch.no_grad():
+            selector(torch.zeros(1, 2))
+        clf = slab_classifier(CertifiedSigmaSelector(levels=LEVELS, selector=selector, n=100, selector_epochs=2),
+                              lr=0.5)
+        fitted = clf.sigma_search_.selector_module_
+        assert any(not torch.equal(value, selector.state_dict()[key]) for key, value in fitted.state_dict().items())
+        clf.certify(self.X)  # the parameter still holds the weights fit started from: no refit needed
+
+
+def test_every_input_abstained_by_the_selector_abstains():
+    # On the threshold x1 = 0 the smoothed selector is split evenly between the levels: it abstains.
+    clf = slab_classifier(exact_selector(n=200))
+    prediction, radius, details = clf.certify(np.zeros((3, 2), dtype=np.float32), return_details=True)
+    np.testing.assert_array_equal(prediction, ABSTAIN)
+    np.testing.assert_array_equal(radius, 0.0)
+    np.testing.assert_array_equal(details.n_samples, 0)

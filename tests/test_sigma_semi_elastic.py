@@ -5,14 +5,17 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from conftest import SlabLogits, slab_probability
 from scipy import integrate, optimize, stats
 from sklearn.base import clone
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk.models import FlatMLP
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import SemiElasticSigma, semi_elastic_radius
+from smoothsk.sigma._semi_elastic import SIGMA_RANGE
 from smoothsk.statistics import certified_radius
 from smoothsk.training import FixedSigmaTraining
 
@@ -145,12 +148,16 @@ class TestSemiElasticSigmaFunction:
                                 100 * rng.normal(size=(200, 3, 2, 2))])
         second = np.concatenate([rng.normal(size=(200, 3, 2, 2)), near + 1e-4 * rng.normal(size=near.shape),
                                  X_train[:50] + 1e-3, -100 * rng.normal(size=(200, 3, 2, 2))])
-        gap = np.abs(np.log(function.sigma(first)) - np.log(function.sigma(second)))
+        sigma_first, sigma_second = function.sigma(first), function.sigma(second)
+        gap = np.abs(np.log(sigma_first) - np.log(sigma_second))
         lipschitz = r * np.linalg.norm((first - second).reshape(len(first), -1), axis=1)
         # float64 rounding of distances that reach ~500 (12 coordinates): a few ulps of r * distance.
         rounding = 64 * np.finfo(float).eps * (1 + r * 500)
         assert np.all(gap <= lipschitz + rounding)
-        assert gap.max() > 0.1 * lipschitz.max()  # the bound is not trivially slack: sigma does vary
+        # The bound is not trivially slack: sigma does vary (where neither sigma is at the top of its range).
+        unclipped = np.maximum(sigma_first, sigma_second) < SIGMA_RANGE[1] / 2
+        assert 0 < unclipped.sum() < len(first)
+        assert gap[unclipped].max() > 0.1 * lipschitz[unclipped].max()
 
     def test_formula_and_learned_offset(self):
         rng = np.random.default_rng(1)
@@ -282,3 +289,59 @@ class TestSoundnessForG:
                                            allocator=OnlineBallAllocator())
         with pytest.raises(ValueError, match="allocator"):
             clf.fit(np.zeros((4, 2), dtype=np.float32), [0, 1, 0, 1])
+
+
+class TestCheckedBeforeTraining:
+    @staticmethod
+    def classifier(**params):
+        return SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, training=FixedSigmaTraining(0.5),
+                                            sigma_search=SemiElasticSigma(**params), random_state=0)
+
+    @pytest.mark.parametrize("params, available", [({"k": 4}, 3), ({"k": 5, "offset": 0.0}, 4)])
+    def test_too_large_k_is_refused_before_training(self, params, available):
+        clf = self.classifier(**params)
+        with pytest.raises(ValueError, match=f"k={params['k']} nearest training inputs .* use k <= {available}"):
+            clf.fit(np.zeros((4, 2), dtype=np.float32), [0, 1, 0, 1])
+        assert not hasattr(clf, "module_")
+
+    def test_a_refused_refit_leaves_the_fitted_estimator_as_it_was(self):
+        # The reviewer's case: the check came after training, with new weights and the old fit's sigma function.
+        X = np.random.default_rng(0).normal(size=(30, 2)).astype(np.float32)
+        clf = self.classifier(k=3).set_params(module=FlatMLP, module__hidden=4, max_epochs=1)
+        clf.fit(X, (X[:, 0] > 0).astype(int))
+        weights = {key: value.clone() for key, value in clf.module_.state_dict().items()}
+        fitted, history = clf.sigma_search_, len(clf.history)
+        with pytest.raises(ValueError, match="k=3 nearest training inputs"):
+            clf.set_params(max_epochs=5).fit(X[:3], [0, 1, 0])
+        assert all(torch.equal(weights[key], value) for key, value in clf.module_.state_dict().items())
+        assert clf.sigma_search_ is fitted and len(clf.history) == history
+
+
+class TestFarFromTheTrainingData:
+    """exp(r * distance) overflows float64 far from the training inputs (and underflows below a large offset)."""
+
+    X_train = np.random.default_rng(0).normal(size=(30, 2))
+
+    def test_sigma_is_finite_positive_and_still_semi_elastic(self):
+        r = 0.05
+        function = _fitted_sigma(self.X_train, r=r, k=3)
+        far = np.array([[800.0, 0.0], [1000.0, 0.0], [2e4, 0.0], [1e6, 0.0]])
+        with np.errstate(all="raise"):
+            sigma = function.sigma(far)
+        assert np.all(np.isfinite(sigma)) and np.all(sigma > 0)
+        # From sigma ~ 0.25 exp(40) to where exp(r * 1000) would pass the range: the log gap still <= r * 200.
+        assert 0 < np.log(sigma[1]) - np.log(sigma[0]) <= r * 200.0
+        below = _fitted_sigma(self.X_train, r=1.0, k=3, offset=1e5).sigma(self.X_train[:2])  # exp(-1e5)
+        assert np.all(np.isfinite(below)) and np.all(below > 0)
+
+    @pytest.mark.filterwarnings("error")
+    def test_no_class_without_a_finite_radius(self):
+        # The reviewer's case: sigma was inf, and certify returned class 0 with radius NaN.
+        clf = SampleWiseSmoothedClassifier(
+            SlabLogits, max_epochs=0, training=FixedSigmaTraining(0.25), sigma_search=SemiElasticSigma(k=3, r=0.05),
+            sampler=FixedSampler(n=200, n0=20), random_state=0).fit(self.X_train.astype(np.float32), np.arange(30) % 2)
+        X = np.array([[0.5, 0.0], [2e4, 0.0]], dtype=np.float32)
+        prediction, radius, details = clf.certify(X, return_details=True)
+        assert np.all(np.isfinite(details.sigma)) and np.all(details.sigma > 0)
+        assert np.all(np.isfinite(radius)) and np.all(radius >= 0)
+        np.testing.assert_array_equal(clf.predict(X), prediction)

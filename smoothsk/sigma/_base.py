@@ -10,6 +10,7 @@ from sklearn.exceptions import NotFittedError
 
 from .._components import Component
 from ..certificates import SAMPLE_WISE_GUARANTEE
+from ..regions._store import weights_fingerprint
 from ..statistics import certified_radius
 
 
@@ -190,14 +191,16 @@ class BaseCertifiedSigma(BaseSigmaSearch):
         ------
         sklearn.exceptions.NotFittedError
             If ``fitted`` is of another class or a parameter that shapes the
-            fitted state differs: the estimator must be fitted again.
+            fitted state differs: the estimator must be fitted again. Values
+            are compared by :func:`_same_value` (modules by their weights,
+            arrays and tensors element by element).
         """
         if type(fitted) is not type(self):
             raise NotFittedError(f"sigma_search is a {type(self).__name__}, but the estimator was fitted with a "
                                  f"{type(fitted).__name__}: call fit again.")
         mine, theirs = self.get_params(deep=False), fitted.get_params(deep=False)
         changed = [name for name in mine
-                   if name not in self._refit_free_parameters and repr(mine[name]) != repr(theirs[name])]
+                   if name not in self._refit_free_parameters and not _same_value(mine[name], theirs[name])]
         if changed:
             raise NotFittedError(f"sigma_search parameters {changed} changed since fit, and the fitted "
                                  f"{type(self).__name__} depends on them: call fit again.")
@@ -330,3 +333,46 @@ class BaseCertifiedSigma(BaseSigmaSearch):
             Sun et al. 2026, Sec. 4); 0 where ``p_lower <= 1/2``.
         """
         return np.minimum(radius_cap, certified_radius(sigma, p_lower))
+
+
+def _same_value(first, second):
+    """Whether two parameter values are equal by value, as far as a fitted state depends on them.
+
+    Modules are equal when their class, structure (``repr``), public
+    attributes and weights (:func:`~smoothsk.regions._store.weights_fingerprint`:
+    every parameter and buffer, byte for byte) are; arrays and tensors when
+    their dtype, shape and elements are; sequences, dicts and components
+    (``get_params``) element by element; other values by ``repr``, which a
+    module's or a long array's omits (weights, buffers, summarised elements).
+
+    Parameters
+    ----------
+    first, second : object
+
+    Returns
+    -------
+    bool
+    """
+    if type(first) is not type(second):
+        return False
+    if isinstance(first, torch.nn.Module):
+        return (repr(first) == repr(second) and _same_value(_public_attributes(first), _public_attributes(second))
+                and weights_fingerprint(first) == weights_fingerprint(second))
+    if isinstance(first, torch.Tensor):
+        return (first.dtype == second.dtype and first.shape == second.shape
+                and bool(torch.equal(first.detach().cpu(), second.detach().cpu())))
+    if isinstance(first, np.ndarray):
+        return first.dtype == second.dtype and np.array_equal(first, second, equal_nan=first.dtype.kind in "fc")
+    if isinstance(first, (list, tuple)):
+        return len(first) == len(second) and all(map(_same_value, first, second))
+    if isinstance(first, dict):
+        return first.keys() == second.keys() and all(_same_value(first[key], second[key]) for key in first)
+    if hasattr(first, "get_params") and not isinstance(first, type):
+        return _same_value(first.get_params(deep=False), second.get_params(deep=False))
+    return repr(first) == repr(second)
+
+
+def _public_attributes(module):
+    """The plain attributes of a module and its submodules that ``repr`` and the weights miss (``axis``, ...)."""
+    return [{name: value for name, value in vars(part).items() if not name.startswith("_") and name != "training"}
+            for part in module.modules()]

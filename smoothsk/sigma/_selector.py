@@ -1,5 +1,6 @@
 """A smoothed selector over noise levels, certified constant on a ball (Dual Randomized Smoothing, Sun et al. 2026)."""
 
+import copy
 import inspect
 from numbers import Integral, Real
 from types import SimpleNamespace
@@ -152,6 +153,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         ``n_classes=K`` when it takes ``n_classes``. None means the
         estimator's module class with ``n_classes=K`` (and its ``module__``
         parameters) when it takes ``n_classes``, else a ``FlatMLP``.
+        An instance is never changed: ``fit`` trains a copy of it. Set
+        after ``fit``, a module is the fitted one only with the same class,
+        attributes and weights; else ``certify`` asks for a refit.
     fit_selector : bool, default=True
         Train the selector in ``fit``. False uses the given module
         instance as it is.
@@ -325,7 +329,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             else:
                 selector = FlatMLP
         if isinstance(selector, torch.nn.Module):
-            return selector
+            # A copy: the parameter keeps the weights training starts from (what with_fitted_state compares).
+            return copy.deepcopy(selector)
         if "n_classes" in inspect.signature(selector).parameters:
             kwargs = {**kwargs, "n_classes": n_levels}
         with torch.random.fork_rng(devices=[]):

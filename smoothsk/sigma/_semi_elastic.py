@@ -8,7 +8,8 @@ classifier ``G(x) = g(x, sigma(x))`` has a certified radius computable from
 the classifier's bound at ``sigma(x)`` alone, which shrinks with the input
 dimension (their curse of dimensionality). Their design of such a function:
 ``sigma(x) = base_sigma * exp(r * (mean distance from x to its k nearest
-training inputs - offset))``.
+training inputs - offset))``, here clipped to a finite positive range,
+which keeps it r-semi-elastic (:class:`SemiElasticSigma`).
 
 Derivation of the radius (:func:`semi_elastic_radius`)
 -----------------------------------------------------
@@ -88,6 +89,11 @@ from ..statistics import abstains, certified_radius
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
 
 __all__ = ["SemiElasticSigma", "semi_elastic_radius"]
+
+#: Least and greatest sigma of :class:`SemiElasticSigma`: the smallest normal float32 and the square root of
+#: the largest float32 (about 1.2e-38 and 1.8e19), so that sigma is positive and finite in float32, and the
+#: noise ``sigma * e`` and ``sigma**2`` stay finite in it.
+SIGMA_RANGE = (float(np.finfo(np.float32).tiny), float(np.sqrt(np.finfo(np.float32).max)))
 
 def _variance_worst_case(p, ratio, n_features):
     """``V(p, q)``: the least ``N(m, q^2 I)(A)`` over sets with ``N(m, I)(A) >= p`` (step 1 of the module docstring).
@@ -193,9 +199,12 @@ def semi_elastic_radius(sigma, p_lower, r, n_features, rtol=1e-5):
             break
         middle = 0.5 * (low[open_] + high[open_])
         p_open, e_open = p[open_], elasticity[open_]
-        # Both ends of the ratio interval at this distance bound the whole ball (step 3).
-        certified = ((_worst_case_bound(p_open, middle, np.exp(e_open * middle), n_features) > 0.5)
-                     & (_worst_case_bound(p_open, middle, np.exp(-e_open * middle), n_features) > 0.5))
+        # Both ends of the ratio interval at this distance bound the whole ball (step 3). Where r * sigma * u
+        # is huge, the ratio overflows to inf (or underflows to 0) and the bound is its limit 0, a lower bound
+        # of its value at every finite ratio: not certified (conservative), with no NaN.
+        with np.errstate(over="ignore", divide="ignore"):
+            certified = ((_worst_case_bound(p_open, middle, np.exp(e_open * middle), n_features) > 0.5)
+                         & (_worst_case_bound(p_open, middle, np.exp(-e_open * middle), n_features) > 0.5))
         low[open_] = np.where(certified, middle, low[open_])
         high[open_] = np.where(certified, high[open_], middle)
     radius[active] = sigma[active] * low
@@ -207,10 +216,16 @@ class SemiElasticSigma(BaseCertifiedSigma):
 
     ``sigma(x) = base_sigma * exp(r * (h(x) - offset))`` with ``h(x)`` the
     mean L2 distance from ``x`` (flattened) to its ``k`` nearest training
-    inputs. Each of the k smallest distances to a fixed set is 1-Lipschitz in
-    ``x``, so ``h`` is, and ``log sigma`` is r-Lipschitz: ``sigma`` is
-    r-semi-elastic. Far from the training data sigma grows (the classifier
-    is less sure there anyway), close to it sigma shrinks.
+    inputs, clipped to :data:`SIGMA_RANGE` (about 1.2e-38 to 1.8e19; the
+    exponential alone overflows to ``inf`` once ``r * (h(x) - offset)``
+    passes about 709). Each of the k smallest distances to a fixed set is
+    1-Lipschitz in ``x``, so ``h`` is, and ``log sigma`` is r-Lipschitz:
+    ``sigma`` is r-semi-elastic. Clipping ``log sigma`` to an interval
+    keeps it r-Lipschitz (``|clip(a) - clip(b)| <= |a - b|``), so the
+    clipped function is r-semi-elastic too, and sigma is finite and > 0
+    everywhere. Far from the training data sigma grows (the classifier is
+    less sure there anyway; at the clip the radius is typically 0), close
+    to it sigma shrinks.
 
     **Guarantee.** Certificates are about the sample-wise classifier
     ``G(x) = g(x, sigma(x))``, stateless: with probability at least
@@ -236,7 +251,8 @@ class SemiElasticSigma(BaseCertifiedSigma):
         ``r = 0`` is ``FixedSigma(base_sigma)`` with Cohen's radius.
     k : int, default=20
         Number of nearest training inputs averaged, >= 1, at most the
-        number of training inputs (minus one when ``offset`` is learned).
+        number of training inputs (minus one when ``offset`` is learned);
+        ``fit`` checks it before any training.
     offset : float or None, default=None
         Neighbour distance at which ``sigma = base_sigma``. None: learned at
         ``fit``, the mean over training inputs of their mean distance to
@@ -284,14 +300,22 @@ class SemiElasticSigma(BaseCertifiedSigma):
         self.k = k
         self.offset = offset
 
-    def _fit_sigma(self, estimator, X, y):
-        X = _flat(X)
+    def _check_before_fit(self, training, X):
+        self._check_neighbours(len(X))
+
+    def _check_neighbours(self, n_train):
+        """Raise ``ValueError`` unless ``n_train`` training inputs hold ``k`` neighbours of each input."""
         learned = self.offset is None
-        available = len(X) - 1 if learned else len(X)
+        available = n_train - 1 if learned else n_train
         if self.k > available:
-            raise ValueError(f"k={self.k} nearest training inputs are needed, but fit saw {len(X)} training "
+            raise ValueError(f"k={self.k} nearest training inputs are needed, but fit saw {n_train} training "
                              f"inputs{' (each input is not its own neighbour when offset is learned)' * learned}: "
                              f"use k <= {available}.")
+
+    def _fit_sigma(self, estimator, X, y):
+        X = _flat(X)
+        self._check_neighbours(len(X))  # also where fit_sigma is called directly
+        learned = self.offset is None
         self.training_inputs_ = X
         self.neighbors_ = NearestNeighbors(n_neighbors=self.k).fit(X)
         if learned:
@@ -348,7 +372,10 @@ class SemiElasticSigma(BaseCertifiedSigma):
         ndarray of float, shape (n_inputs,)
         """
         distances, _ = self.neighbors_.kneighbors(_flat(X))
-        return float(self.base_sigma) * np.exp(float(self.r) * (distances.mean(axis=1) - self.offset_))
+        base = float(self.base_sigma)
+        # Clipping log sigma to log(SIGMA_RANGE) keeps it r-Lipschitz (see the class docstring).
+        low, high = np.log(np.divide(SIGMA_RANGE, base))
+        return base * np.exp(np.clip(float(self.r) * (distances.mean(axis=1) - self.offset_), low, high))
 
     def _certify_sigma(self, engine, X, alpha):
         n_inputs = len(X)
