@@ -95,6 +95,7 @@ __all__ = ["SemiElasticSigma", "semi_elastic_radius"]
 #: noise ``sigma * e`` and ``sigma**2`` stay finite in it.
 SIGMA_RANGE = (float(np.finfo(np.float32).tiny), float(np.sqrt(np.finfo(np.float32).max)))
 
+
 def _variance_worst_case(p, ratio, n_features):
     """``V(p, q)``: the least ``N(m, q^2 I)(A)`` over sets with ``N(m, I)(A) >= p`` (step 1 of the module docstring).
 
