@@ -72,7 +72,7 @@ _PRIOR_INTERVAL_ALPHA = 0.5
 _PLAN_SPREAD_QUANTILES = (0.1, 0.9)
 _PLAN_SPREAD = 3.0
 _PLAN_POSTERIOR_POINTS = 8
-_PLAN_MARGIN = 0.03
+_PLAN_MARGIN = 0.05
 _EXPECTATION_POINTS = 16
 # rule (b) is checked on the two-sided (1 - _DECLINE_INTERVAL_ALPHA) Clopper-Pearson interval of the
 # current counts (it only decides when to stop, so it needs no anytime validity).
@@ -361,7 +361,7 @@ class SequentialSampler(BaseSampler):
     posterior; a size is *planned* for a set of frequencies when the decline
     (the reference radius less the expected Clopper-Pearson radius at the
     full alpha, over the binomial law of the count), averaged over the set,
-    is at most ``0.97 decline``. Where ``s < n0``, the size planned for the
+    is at most ``0.95 decline``. Where ``s < n0``, the size planned for the
     posterior's 10 % quantile asks for a radius and the one planned for its
     90 % quantile is at most 3 times larger, the input gets one look holding
     all of alpha, at the size planned for 8 mid-quantiles of the posterior
