@@ -30,23 +30,19 @@ refused: resuming would mix certificates made against different stores.
 """
 
 import copy
-import functools
 import hashlib
 import json
 import os
 import tempfile
-import types
 import zipfile
 from numbers import Integral
 from pathlib import Path
 
 import joblib
 import numpy as np
-import torch
-from sklearn.neighbors import BallTree, KDTree
 
 from .certificates import Certificates
-from .regions._store import weights_fingerprint
+from ._digest import module_fingerprint, value_digest
 
 FORMAT = "smoothsk certify checkpoint"
 FORMAT_VERSION = 1
@@ -144,7 +140,7 @@ def inputs_digest(X):
 
 
 def weights_digest(module, classes):
-    """Digest of everything in the module's state (parameters and buffers) and of ``classes_``.
+    """Digest of everything the module computes with (:func:`~smoothsk._digest.module_fingerprint`) and ``classes_``.
 
     Parameters
     ----------
@@ -156,66 +152,16 @@ def weights_digest(module, classes):
     str
     """
     return _hash_arrays([
-        ("module_", np.frombuffer(weights_fingerprint(module).encode(), dtype=np.uint8)),
+        ("module_", np.frombuffer(module_fingerprint(module).encode(), dtype=np.uint8)),
         ("classes_", np.frombuffer(joblib.hash(np.asarray(classes)).encode(), dtype=np.uint8))])
-
-
-#: Objects pickled by reference (qualified name): hashed as they are, never walked.
-_BY_REFERENCE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
-                 functools.partial)
-
-
-def _leaf_digest(value):
-    """:func:`joblib.hash` of ``value``; by its type and ``repr`` where it cannot be pickled (a lambda, say)."""
-    try:
-        return joblib.hash(value)
-    except Exception:  # noqa: BLE001 - pickling can fail with any error type
-        return joblib.hash((type(value).__module__, type(value).__qualname__, repr(value)))
-
-
-def _value_form(value, ancestors=frozenset()):
-    """A form of ``value`` that is equal for equal states: what :func:`parameters_digest` hashes.
-
-    Pickling a tensor goes through its storage, and gives other bytes for
-    two equal tensors, so :func:`joblib.hash` cannot compare them. Here a
-    tensor becomes its dtype, shape and bytes; lists, tuples and dicts map
-    their items; an object that pickles by its state (a module, a
-    scikit-learn-style component, a callback) becomes its class and the form
-    of that state (``__getstate__()``, else ``__dict__``; a module's without
-    its train/eval flag: certify runs every module in eval mode), so a module
-    or a component holding one is compared by values. A KD- or ball tree (a
-    fitted neighbour index) becomes its arrays, without its query counters,
-    which every query advances. Anything else (numbers, strings, arrays,
-    classes, functions) is a leaf, hashed by :func:`_leaf_digest`.
-    """
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu().contiguous()
-        return ("tensor", str(tensor.dtype), tuple(tensor.shape), tensor.reshape(-1).view(torch.uint8).numpy())
-    if id(value) in ancestors:
-        return ("cycle", type(value).__module__, type(value).__qualname__)
-    inner = ancestors | {id(value)}
-    if type(value) in (list, tuple):
-        return (type(value).__name__, [_value_form(item, inner) for item in value])
-    if isinstance(value, dict):
-        return ("dict", {key: _value_form(item, inner) for key, item in value.items()})
-    cls = type(value)
-    if isinstance(value, (KDTree, BallTree)):  # a neighbour index: its arrays, not its query counters
-        return ("tree", cls.__module__, cls.__qualname__, [_leaf_digest(array) for array in value.get_arrays()])
-    if (hasattr(value, "__dict__") and not isinstance(value, _BY_REFERENCE)
-            and cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__):
-        getstate = getattr(value, "__getstate__", None)
-        state = getstate() if getstate is not None else vars(value)
-        if isinstance(value, torch.nn.Module):
-            state = {key: item for key, item in state.items() if key != "training"}  # certify runs in eval mode
-        return ("object", cls.__module__, cls.__qualname__, _value_form(state, inner))
-    return ("leaf", _leaf_digest(value))
 
 
 def parameters_digest(params):
     """Digest of parameter values (not of their reprs, which scikit-learn elides).
 
     Equal values give equal digests, whatever the objects' identities: two
-    equal modules, tensors or components holding them (see :func:`_value_form`).
+    equal modules, tensors or components holding them (see
+    :func:`smoothsk._digest.value_digest`).
 
     Parameters
     ----------
@@ -226,7 +172,7 @@ def parameters_digest(params):
     -------
     str
     """
-    digests = [(name, joblib.hash(_value_form(params[name]))) for name in sorted(params)]
+    digests = [(name, value_digest(params[name])) for name in sorted(params)]
     return hashlib.sha256(json.dumps(digests).encode()).hexdigest()
 
 

@@ -29,11 +29,11 @@ from tqdm.auto import tqdm
 
 from . import _checkpoint, _parallel, _params, _stages, _validation
 from ._data import IndexedTensorDataset, TensorBatches, input_ids
+from ._digest import module_fingerprint
 from ._persistence import load_estimator, save_estimator
 from .certificates import ABSTAIN, Certificates, fixed_sigma_guarantee
 from .engine import MonteCarloEngine
 from .regions import NoRegions, RegionStore
-from .regions._store import weights_fingerprint
 from .sigma import BaseCertifiedSigma, FixedSigma
 from .statistics import binomial_abstains
 from .training._sigma_timer import SigmaTimer
@@ -713,7 +713,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     def _check_regions(self, components, regions=None):
         """Refuse a store of other weights, another allocator class, alpha or precision (before sampling)."""
         regions = self.regions_ if regions is None else regions
-        regions.check_owner(weights_fingerprint(self.module_), type(components["allocator"]).__name__, self.alpha,
+        regions.check_owner(module_fingerprint(self.module_), type(components["allocator"]).__name__, self.alpha,
                             self.certify_autocast)
 
     def reset_regions(self):

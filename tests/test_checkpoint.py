@@ -1,6 +1,7 @@
 """Resumable certification (``certify(checkpoint=...)``): resume, refusal, regions, file safety."""
 
 import copy
+from collections import OrderedDict
 import json
 import os
 
@@ -215,6 +216,19 @@ class TestSameRun:
         with pytest.raises(ValueError, match=r"another run.*parameters"):
             clf.certify(X, checkpoint=path, checkpoint_every=10)
 
+    def test_the_order_of_a_sequential_module_parameter_counts(self):
+        # Same names, same weights, same state_dict: another forward (relu before or after the linear map).
+        linear, relu = torch.nn.Linear(2, 2), torch.nn.ReLU()
+        first = torch.nn.Sequential(OrderedDict(linear=linear, relu=relu))
+        second = torch.nn.Sequential(OrderedDict(relu=relu, linear=linear))
+        assert parameters_digest({"module": first}) != parameters_digest({"module": second})
+
+    def test_the_items_of_a_list_subclass_count(self):
+        class Levels(list):
+            pass
+
+        assert parameters_digest({"levels": Levels([0.25, 0.5])}) != parameters_digest({"levels": Levels([1.0, 2.0])})
+
     def test_parameters_that_refer_to_themselves_are_digested(self):
         first, second = CallbackLike(), CallbackLike()
         assert parameters_digest({"callback": first}) == parameters_digest({"callback": second})
@@ -269,6 +283,10 @@ class TestOtherRuns:
         pytest.param(lambda clf, X: (clf, X[::-1].copy()), "inputs", id="inputs"),
         pytest.param(lambda clf, X: (clf.set_params(alpha=0.01), X), "parameters", id="parameters"),
         pytest.param(lambda clf, X: (clf.module_.bias.fill_(-0.4) and clf, X), "weights", id="weights"),
+        # Outside the state_dict, but part of what the module computes with.
+        pytest.param(lambda clf, X: (clf.module_.register_buffer("sign", -torch.ones(()), persistent=False) or clf,
+                                     X), "weights", id="non-persistent buffer"),
+        pytest.param(lambda clf, X: (setattr(clf.module_, "scale", 2.0) or clf, X), "weights", id="attribute"),
     ])
     def test_checkpoint_of_another_run_is_refused_and_kept(self, make_clf, tmp_path, change, part):
         clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"

@@ -71,6 +71,34 @@ def test_refuses_regions_of_other_weights(allocator, make_linear_classifier):
     np.testing.assert_array_equal(after, 1 - before)
 
 
+class Flipped(torch.nn.Module):
+    """Wraps a module and multiplies its logits by a buffer kept out of the state_dict (+1 or -1)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.register_buffer("sign", torch.ones(()), persistent=False)
+
+    def forward(self, x):
+        return self.sign * self.inner(x)
+
+
+@pytest.mark.parametrize("allocator", REGION_ALLOCATORS, ids=repr)
+def test_refuses_regions_of_a_module_changed_outside_its_weights(allocator, make_linear_classifier):
+    """A buffer outside the state_dict changes what the module computes: the store is refused too."""
+    clf = make_linear_classifier([1.0, -1.0], n=100, n0=10, allocator=allocator)
+    clf.module_ = Flipped(clf.module_).eval()
+    X = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    before, _ = clf.reset_regions().certify(X)
+    with torch.no_grad():
+        clf.module_.sign.fill_(-1.0)  # same state_dict, opposite classes
+    for method in (clf.certify, clf.predict):
+        with pytest.raises(ValueError, match=r"other module weights.*reset_regions\(\)"):
+            method(X)
+    after, _ = clf.reset_regions().certify(X)
+    np.testing.assert_array_equal(after, 1 - before)
+
+
 @pytest.mark.parametrize("first, second", [(OnlineBallAllocator(), MemoryAllocator()),
                                            (MemoryAllocator(), TransductiveLPAllocator()),
                                            (TransductiveLPAllocator(), NoRegions())], ids=repr)

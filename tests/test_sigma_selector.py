@@ -400,6 +400,24 @@ class TestChangedAfterFit:
         with pytest.raises(NotFittedError, match=r"\['selector'\] changed since fit"):
             clf.certify(self.X)
 
+    def test_a_selector_with_other_state_outside_its_state_dict_needs_a_refit(self):
+        class HiddenThresholds(LevelSelectorLogits):
+            """Thresholds in a buffer left out of the state_dict."""
+
+            def __init__(self, thresholds):
+                super().__init__(thresholds, axis=1)
+                thresholds = self._buffers.pop("thresholds")
+                self.register_buffer("thresholds", thresholds, persistent=False)
+
+        def selector(thresholds):
+            return CertifiedSigmaSelector(levels=LEVELS, selector=HiddenThresholds(thresholds), fit_selector=False,
+                                          selector_sigma=SELECTOR_SIGMA, n=200, n0=100)
+
+        clf = slab_classifier(selector((0.0,)))
+        clf.set_params(sigma_search=selector((5.0,)))
+        with pytest.raises(NotFittedError, match=r"\['selector'\] changed since fit"):
+            clf.certify(self.X)
+
     def test_a_selector_trained_further_in_place_needs_a_refit(self):
         clf = slab_classifier(exact_selector(n=200))
         with torch.no_grad():

@@ -49,8 +49,9 @@ class RegionStore:
         a hash of its values, so without it an input certified again in a
         later call would get the very noise of its first certificate.
     weights : str or None
-        :func:`weights_fingerprint` of the module whose smoothed classifier
-        the regions certify; None until the store is first used.
+        :func:`~smoothsk._digest.module_fingerprint` of the module whose
+        smoothed classifier the regions certify (its weights and every other
+        state it computes with); None until the store is first used.
     allocator : str or None
         Name of the allocator class that made the regions (allocators keep
         different invariants: memory regions of one class may overlap, the
@@ -196,7 +197,7 @@ class RegionStore:
         Parameters
         ----------
         weights : str
-            :func:`weights_fingerprint` of the current module.
+            :func:`~smoothsk._digest.module_fingerprint` of the current module.
         allocator : str
             Name of the current allocator class.
         alpha : float
@@ -259,7 +260,9 @@ class RegionStore:
 def weights_fingerprint(module):
     """SHA-256 of a module's state: every tensor's name, dtype, shape and bytes, and any extra state.
 
-    Region stores and checkpoints both identify a model by it.
+    The reference certificates record trained weights by it; region stores,
+    checkpoints and certified sigma functions identify a model by the fuller
+    :func:`~smoothsk._digest.module_fingerprint`.
 
     Parameters
     ----------

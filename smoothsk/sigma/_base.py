@@ -10,7 +10,7 @@ from sklearn.exceptions import NotFittedError
 
 from .._components import Component
 from ..certificates import SAMPLE_WISE_GUARANTEE
-from ..regions._store import weights_fingerprint
+from .._digest import module_fingerprint
 from ..statistics import certified_radius
 
 
@@ -338,9 +338,9 @@ class BaseCertifiedSigma(BaseSigmaSearch):
 def _same_value(first, second):
     """Whether two parameter values are equal by value, as far as a fitted state depends on them.
 
-    Modules are equal when their class, structure (``repr``), public
-    attributes and weights (:func:`~smoothsk.regions._store.weights_fingerprint`:
-    every parameter and buffer, byte for byte) are; arrays and tensors when
+    Modules are equal when their class and everything they compute with
+    (:func:`~smoothsk._digest.module_fingerprint`: weights, other buffers and
+    attributes, children in order) are; arrays and tensors when
     their dtype, shape and elements are; sequences, dicts and components
     (``get_params``) element by element; other values by ``repr``, which a
     module's or a long array's omits (weights, buffers, summarised elements).
@@ -356,8 +356,7 @@ def _same_value(first, second):
     if type(first) is not type(second):
         return False
     if isinstance(first, torch.nn.Module):
-        return (repr(first) == repr(second) and _same_value(_public_attributes(first), _public_attributes(second))
-                and weights_fingerprint(first) == weights_fingerprint(second))
+        return module_fingerprint(first) == module_fingerprint(second)
     if isinstance(first, torch.Tensor):
         return (first.dtype == second.dtype and first.shape == second.shape
                 and bool(torch.equal(first.detach().cpu(), second.detach().cpu())))
@@ -370,9 +369,3 @@ def _same_value(first, second):
     if hasattr(first, "get_params") and not isinstance(first, type):
         return _same_value(first.get_params(deep=False), second.get_params(deep=False))
     return repr(first) == repr(second)
-
-
-def _public_attributes(module):
-    """The plain attributes of a module and its submodules that ``repr`` and the weights miss (``axis``, ...)."""
-    return [{name: value for name, value in vars(part).items() if not name.startswith("_") and name != "training"}
-            for part in module.modules()]

@@ -1,0 +1,135 @@
+"""Digests of objects by value: equal states give equal digests, whatever the objects' identities.
+
+Pickling a tensor goes through its storage and gives other bytes for two equal
+tensors, and a module's weights (its ``state_dict``) are not all of what it
+computes: a plain attribute, a buffer left out of the ``state_dict`` or the
+order of a ``Sequential``'s children change its outputs too. Checkpoints,
+region stores and certified sigma functions identify modules and parameters
+by :func:`value_digest` and :func:`module_fingerprint` instead.
+"""
+
+import functools
+import types
+from collections import OrderedDict
+
+import joblib
+import torch
+from sklearn.neighbors import BallTree, KDTree
+
+#: Objects pickled by reference (qualified name): hashed as they are, never walked.
+_BY_REFERENCE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
+                 functools.partial)
+
+
+def _leaf_digest(value):
+    """:func:`joblib.hash` of ``value``; by its type and ``repr`` where it cannot be pickled (a lambda, say)."""
+    try:
+        return joblib.hash(value)
+    except Exception:  # noqa: BLE001 - pickling can fail with any error type
+        return joblib.hash((type(value).__module__, type(value).__qualname__, repr(value)))
+
+
+def _tensor_form(tensor):
+    """A tensor as its layout, dtype, shape and bytes (a sparse tensor densified)."""
+    layout = str(tensor.layout)
+    tensor = tensor.detach().cpu()
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    tensor = tensor.contiguous()
+    return ("tensor", layout, str(tensor.dtype), tuple(tensor.shape), tensor.reshape(-1).view(torch.uint8).numpy())
+
+
+def _value_form(value, ancestors=frozenset()):
+    """A form of ``value`` that is equal for equal states: what :func:`value_digest` hashes.
+
+    A tensor becomes its layout, dtype, shape and bytes. Lists and tuples map
+    their items in order. A dict maps its items; the order counts for an
+    ``OrderedDict`` and for a module's children (``_modules``: a
+    ``Sequential`` runs them in that order), while a plain dict is compared
+    as a mapping. Subclasses of these containers also keep their own
+    attributes (a ``defaultdict`` its factory). An object that pickles by
+    its state (a module, a scikit-learn-style component, a callback) becomes
+    its class and the form of that state (``__getstate__()``, else
+    ``__dict__``; a module's without its train/eval flag: certification runs
+    every module in eval mode), so all of a module's state counts, not only
+    its ``state_dict``: plain attributes, non-persistent buffers, hooks. A
+    KD- or ball tree (a fitted neighbour index) becomes its arrays, without
+    its query counters, which every query advances. Anything else (numbers,
+    strings, arrays, classes, functions) is a leaf, hashed by
+    :func:`_leaf_digest`.
+    """
+    if isinstance(value, torch.Tensor):
+        return _tensor_form(value)
+    if id(value) in ancestors:
+        return ("cycle", type(value).__module__, type(value).__qualname__)
+    inner = ancestors | {id(value)}
+    cls = type(value)
+    if isinstance(value, (list, tuple, dict)):
+        # A subclass's own attributes (a defaultdict's factory, a list subclass's fields) count too.
+        extra = None if cls in (list, tuple, dict, OrderedDict) else [
+            _value_form(vars(value), inner) if hasattr(value, "__dict__") else None,
+            _leaf_digest(getattr(value, "default_factory", None))]
+        if not isinstance(value, dict):
+            return ("sequence", cls.__module__, cls.__qualname__, [_value_form(item, inner) for item in value], extra)
+        items = [(key, _value_form(item, inner)) for key, item in value.items()]
+        if not isinstance(value, OrderedDict):
+            items = dict(items)  # a mapping: joblib.hash sorts its keys
+        return ("mapping", cls.__module__, cls.__qualname__, items, extra)
+    if isinstance(value, (KDTree, BallTree)):  # a neighbour index: its arrays, not its query counters
+        return ("tree", cls.__module__, cls.__qualname__, [_leaf_digest(array) for array in value.get_arrays()])
+    if (hasattr(value, "__dict__") and not isinstance(value, _BY_REFERENCE)
+            and cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__):
+        getstate = getattr(value, "__getstate__", None)
+        state = getstate() if getstate is not None else vars(value)
+        if isinstance(value, torch.nn.Module):
+            state = {key: item for key, item in state.items() if key != "training"}  # certify runs in eval mode
+            state["_modules"] = OrderedDict(state.get("_modules", {}))  # the children's order is the forward's
+        return ("object", cls.__module__, cls.__qualname__, _value_form(state, inner))
+    return ("leaf", _leaf_digest(value))
+
+
+def value_digest(value):
+    """Digest of ``value`` by value (see :func:`_value_form`).
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    str
+        Hex digest, equal for equal states.
+
+    Examples
+    --------
+    >>> import torch
+    >>> a, b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    >>> _ = b.load_state_dict(a.state_dict())
+    >>> value_digest(a) == value_digest(b)
+    True
+    >>> b.scale = 2.0  # a plain attribute its forward could read
+    >>> value_digest(a) == value_digest(b)
+    False
+    """
+    return joblib.hash(_value_form(value))
+
+
+def module_fingerprint(module):
+    """Digest of everything a module computes with, in eval mode: weights, other state, children in order.
+
+    Region stores, checkpoints and certified sigma functions identify a
+    model by it: unlike the weights' fingerprint
+    (:func:`smoothsk.regions._store.weights_fingerprint`, the ``state_dict``
+    alone), it also changes with a plain attribute, a non-persistent buffer,
+    a hook or the order of the children.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+
+    Returns
+    -------
+    str
+        Hex digest.
+    """
+    return value_digest(module)

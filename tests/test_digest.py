@@ -1,0 +1,46 @@
+"""Tests of smoothsk._digest: digests by value, equal for equal states, different where a module computes otherwise."""
+
+from collections import OrderedDict, defaultdict
+
+import torch
+
+from smoothsk._digest import module_fingerprint, value_digest
+
+
+def twin_linears():
+    first, second = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    second.load_state_dict(first.state_dict())
+    return first, second
+
+
+def test_equal_modules_and_tensors_have_equal_digests():
+    first, second = twin_linears()
+    second.train(not first.training)  # certification runs every module in eval mode
+    assert module_fingerprint(first) == module_fingerprint(second)
+    assert value_digest(torch.arange(4.0)) == value_digest(torch.arange(4.0))
+
+
+def test_state_outside_the_state_dict_counts():
+    first, second = twin_linears()
+    second.register_buffer("offset", torch.ones(()), persistent=False)
+    assert module_fingerprint(first) != module_fingerprint(second)
+    first, second = twin_linears()
+    second.scale = 2.0
+    assert module_fingerprint(first) != module_fingerprint(second)
+
+
+def test_the_order_of_children_counts():
+    linear, relu = torch.nn.Linear(2, 2), torch.nn.ReLU()
+    assert (module_fingerprint(torch.nn.Sequential(OrderedDict(a=linear, b=relu)))
+            != module_fingerprint(torch.nn.Sequential(OrderedDict(b=relu, a=linear))))
+
+
+def test_plain_dicts_are_mappings_and_subclasses_keep_their_state():
+    assert value_digest({"a": 1, "b": 2}) == value_digest({"b": 2, "a": 1})
+    assert value_digest(defaultdict(list)) != value_digest(defaultdict(dict))
+
+
+def test_sparse_tensors_are_digested_by_their_values():
+    dense = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
+    assert value_digest(dense.to_sparse()) == value_digest(dense.clone().to_sparse())
+    assert value_digest(dense.to_sparse()) != value_digest((2 * dense).to_sparse())
