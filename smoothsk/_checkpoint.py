@@ -53,7 +53,7 @@ _CERTIFICATE_FIELDS = tuple(name for name, field in Certificates.__dataclass_fie
 _PART_NAMES = {
     "inputs": "the inputs X",
     "parameters": "the estimator's parameters (get_params(deep=True))",
-    "weights": "the model (module_ weights and buffers, classes_)",
+    "weights": "the model (module_: weights, buffers and every other state it computes with; classes_)",
     "sigma function": "the fitted certified sigma function (sigma_search_)",
     "checkpoint_every": "checkpoint_every",
     "version": "the smoothsk version",
