@@ -13,9 +13,12 @@ import types
 from collections import OrderedDict
 
 import joblib
+import numpy as np
 import torch
 from sklearn.neighbors import BallTree, KDTree
 
+#: Values whose pickle is their value: kept as they are, for the one final hash (hashing each alone is slow).
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
 #: Objects pickled by reference (qualified name): hashed as they are, never walked.
 _BY_REFERENCE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
                  functools.partial)
@@ -58,8 +61,12 @@ def _value_form(value, ancestors=frozenset()):
     strings, arrays, classes, functions) is a leaf, hashed by
     :func:`_leaf_digest`.
     """
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, torch.Tensor):
         return _tensor_form(value)
+    if type(value) is np.ndarray and value.dtype != object:
+        return ("array", value)
     if id(value) in ancestors:
         return ("cycle", type(value).__module__, type(value).__qualname__)
     inner = ancestors | {id(value)}

@@ -713,6 +713,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     def _check_regions(self, components, regions=None):
         """Refuse a store of other weights, another allocator class, alpha or precision (before sampling)."""
         regions = self.regions_ if regions is None else regions
+        if components["allocator"].stateless and len(regions) == 0:
+            return  # a stateless allocator never stores a region: no owner to check or adopt
         regions.check_owner(module_fingerprint(self.module_), type(components["allocator"]).__name__, self.alpha,
                             self.certify_autocast)
 
