@@ -685,7 +685,6 @@ class SequentialSampler(BaseSampler):
             Level of each look's Clopper-Pearson bound; each row sums to ``alpha``
             (a planned input: ``alpha`` in the first column, 0 in the others).
         """
-        looks, look_alpha = self._prior_schedule(selected, never_failed, sigma, alpha, geometric)
         keys, inverse = np.unique(np.column_stack([selected, sigma]), axis=0, return_inverse=True)
         inverse = inverse.ravel()
         key_selected, key_sigma = keys[:, 0], keys[:, 1]
@@ -697,9 +696,13 @@ class SequentialSampler(BaseSampler):
         size = np.zeros(len(keys), dtype=np.int64)
         size[pinned] = self._planned_size(posterior, key_sigma[pinned], alpha)
         planned = pinned[inverse]
-        looks[planned] = size[inverse[planned], None]
-        look_alpha[planned] = 0.0
+        n_columns = len(geometric) + _PRIOR_QUANTILES + 1  # the prior schedule's width
+        looks = np.repeat(size[inverse, None], n_columns, axis=1)
+        look_alpha = np.zeros((len(selected), n_columns))
         look_alpha[planned, 0] = alpha
+        if not planned.all():  # the prior's schedule only where it is used
+            looks[~planned], look_alpha[~planned] = self._prior_schedule(
+                selected[~planned], never_failed[~planned], sigma[~planned], alpha, geometric)
         return looks, look_alpha
 
     def _planned_size(self, p, sigma, alpha):
