@@ -220,21 +220,16 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         _params.check_callbacks(params.get("callbacks"))
         own, nested = _params.split_nested(params)
         super().set_params(**own)
-        if "alpha" in own and hasattr(self, "regions_") and self.regions_.alpha not in (None, self.alpha):
-            # Regions carry certificates at the alpha they were made at: a new alpha starts a new store.
-            if len(self.regions_):
-                warnings.warn(f"alpha changed from {self.regions_.alpha} to {self.alpha}: the {len(self.regions_)} "
-                              "regions in regions_ were certified at the old alpha and are cleared.",
-                              UserWarning, stacklevel=2)
-            self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
-        if ("certify_autocast" in own and hasattr(self, "regions_") and self.regions_.weights is not None
-                and self.regions_.autocast != self.certify_autocast):
-            # The precision the module runs in is part of the classifier the regions certify: as for alpha.
-            if len(self.regions_):
-                warnings.warn(f"certify_autocast changed from {self.regions_.autocast!r} to {self.certify_autocast!r}: "
-                              f"the {len(self.regions_)} regions in regions_ certify the module run in the old "
-                              "precision and are cleared.", UserWarning, stacklevel=2)
-            self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+        # Regions certify the classifier at the alpha they were made at and for the module run in the
+        # precision it was run in: a new value of either starts a new store.
+        for name, field, why in (("alpha", "alpha", "were certified at the old alpha"),
+                                 ("certify_autocast", "autocast", "certify the module run in the old precision")):
+            store = getattr(self, "regions_", None)
+            if name in own and store is not None and store.weights is not None and getattr(store, field) != own[name]:
+                if len(store):
+                    warnings.warn(f"{name} changed from {getattr(store, field)!r} to {own[name]!r}: the {len(store)} "
+                                  f"regions in regions_ {why} and are cleared.", UserWarning, stacklevel=2)
+                self.regions_ = RegionStore.empty(store.centres.shape[1])
         _params.set_component_params(self, nested)
         return self
 
