@@ -124,7 +124,8 @@ class Certificates:
     radius_cap : ndarray of float
         With a certified sigma function (``BaseCertifiedSigma``): the radius
         ``R1`` on which ``sigma(.)`` is certified constant (the radius is at
-        most this); ``inf`` otherwise.
+        most this), in the units of ``radius`` (``radius_space``); ``inf``
+        otherwise.
     sigma_samples : ndarray of int
         Noisy samples the certified sigma function spent (not in
         ``n_samples``); 0 otherwise.

@@ -52,9 +52,10 @@ def certify(estimator, X, return_details=False, **kwargs):
         where abstained.
     details : Certificates
         Only with ``return_details``. For a Pipeline, ``details.radius`` is
-        the returned radius, ``radius_space`` is ``"pipeline input"`` and
-        ``lipschitz_constant`` is L; ``sigma`` and ``p_lower`` stay those of
-        the classifier's input space.
+        the returned radius, ``radius_cap`` is the classifier's divided by L
+        (in the units of ``radius``), ``radius_space`` is ``"pipeline
+        input"`` and ``lipschitz_constant`` is L; ``sigma`` and ``p_lower``
+        stay those of the classifier's input space.
 
     Raises
     ------
@@ -102,8 +103,9 @@ def certify(estimator, X, return_details=False, **kwargs):
     for steps in preprocessing:
         X = steps.transform(X)
     prediction, radius, details = final.certify(X, return_details=True, **kwargs)
-    details = dataclasses.replace(details, radius=radius / lipschitz, radius_space="pipeline input",
-                                  lipschitz_constant=lipschitz)
+    # R1, the cap of a certified sigma function, is a radius too: the same argument moves it to the input space.
+    details = dataclasses.replace(details, radius=radius / lipschitz, radius_cap=details.radius_cap / lipschitz,
+                                  radius_space="pipeline input", lipschitz_constant=lipschitz)
     if return_details:
         return prediction, details.radius, details
     return prediction, details.radius

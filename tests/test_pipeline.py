@@ -14,6 +14,10 @@ from smoothsk.metrics import acr_scorer, certification_scorers, make_certified_a
 from smoothsk.models import FlatMLP
 from smoothsk.pipeline import lipschitz_constant
 from smoothsk.sampling import FixedSampler
+from smoothsk.sigma import CertifiedSigmaSelector
+from smoothsk.training import FixedSigmaTraining
+
+from conftest import LevelSelectorLogits, SlabLogits
 
 #: Error probability of each statistical check below (a binomial quantile).
 CHECK_LEVEL = 1e-6
@@ -100,6 +104,26 @@ class TestCertify:
         np.testing.assert_allclose(radius * details.lipschitz_constant, direct_radius, rtol=1e-12)
         np.testing.assert_array_equal(details.sigma, direct.sigma)
         assert (direct.radius_space, direct.lipschitz_constant) == ("model input", 1.0)
+
+    def test_the_radius_cap_is_in_the_radius_space(self):
+        # With a certified sigma function the radius is capped by R1, the
+        # radius on which sigma(.) is certified constant: both must be read in
+        # the same units. A scaler shrinking distances 10-fold (L ~ 0.1) makes
+        # model-input units and pipeline-input units differ 10-fold.
+        rng = np.random.default_rng(0)
+        X_train = (10 * rng.normal(size=(200, 2))).astype(np.float32)
+        selector = CertifiedSigmaSelector(levels=(0.25, 2.0), selector=LevelSelectorLogits((0.0,), axis=1),
+                                          fit_selector=False, selector_sigma=0.25, n=1000, n0=50)
+        clf = SampleWiseSmoothedClassifier(SlabLogits, sigma_search=selector, alpha=0.05, max_epochs=0,
+                                           training=FixedSigmaTraining(0.25), sampler=FixedSampler(n=1000, n0=50),
+                                           random_state=0)
+        pipeline = make_pipeline(StandardScaler(), clf).fit(X_train, (np.abs(X_train[:, 0]) < 10).astype(int))
+        X = np.array([[0.0, 3.0], [1.0, 5.0], [0.5, -4.0]], dtype=np.float32)
+        prediction, radius, details = certify(pipeline, X, return_details=True)
+        assert (prediction != ABSTAIN).all()
+        direct = clf.certify(pipeline[:-1].transform(X), return_details=True)[2]
+        np.testing.assert_allclose(details.radius_cap * details.lipschitz_constant, direct.radius_cap, rtol=1e-12)
+        assert (radius <= details.radius_cap).all()
 
     def test_the_estimator_itself_certifies_as_its_method(self, pipeline):
         X = np.array([[0.5, -0.2], [-1.0, 2.0]], dtype=np.float32)
