@@ -46,8 +46,9 @@ GUARANTEES = {
     "own-sigma only (not for the sample-wise classifier)": "g(., sigma(x)) at the input's own sigma: "
                         "an input x' near x may get another sigma, so this is NOT a certificate of "
                         "G(x') = g(x', sigma(x'))",
-    "sample-wise classifier G, stateless": "a certificate of G(x') = g(x', sigma(x')) itself: sigma(.) is "
-                        "certified constant on the ball, alpha split between sigma and class",
+    "sample-wise classifier G, stateless": "a certificate of G(x') = g(x', sigma(x')) itself: either sigma(.) is "
+                        "certified constant on the ball (a certified selector, alpha split between sigma and "
+                        "class), or it is semi-elastic (a radius that allows for sigma varying on the ball)",
 }
 
 

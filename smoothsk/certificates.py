@@ -37,7 +37,7 @@ REGION_GUARANTEE = "stateful region classifier"
 #: ``G(x) = g(x, sigma(x))`` with a sigma certified constant on the ball
 #: (``BaseCertifiedSigma``, e.g. ``CertifiedSigmaSelector``).
 SAMPLE_WISE_GUARANTEE = "G (sample-wise classifier), stateless"
-#: ``G`` with an r-semi-elastic sigma and Súkeník et al.'s radius (``SemiElasticSigma``).
+#: ``G`` with an r-semi-elastic sigma (``SemiElasticSigma``): a radius proven in Súkeník et al.'s setting.
 SEMI_ELASTIC_GUARANTEE = "G (sample-wise classifier, r-semi-elastic sigma), stateless"
 #: The statements about the sample-wise classifier ``G``.
 SAMPLE_WISE_GUARANTEES = (SAMPLE_WISE_GUARANTEE, SEMI_ELASTIC_GUARANTEE)

@@ -136,8 +136,9 @@ class BaseCertifiedSigma(BaseSigmaSearch):
       Cohen's ``R2 = sigma * PhiInv(p_lower)``: if ``sigma(.) = s`` on
       ``B(x, R1)`` and ``g(., s)`` predicts ``c`` on ``B(x, R2)``, then
       ``G(x') = g(x', s) = c`` on ``B(x, min(R1, R2))``. A function whose
-      sigma varies inside the ball overrides it (Súkeník et al.'s radius for
-      semi-elastic sigma).
+      sigma varies inside the ball overrides it (for semi-elastic sigma, a
+      lower bound on the radius in Súkeník et al.'s setting, proven in
+      :mod:`smoothsk.sigma._semi_elastic`).
     - Saving (optional; :mod:`smoothsk._persistence` refuses to save a
       function without it): ``fitted_arrays()`` returns the fitted state as
       a dict of named CPU tensors; ``restore_fitted(estimator, arrays,
