@@ -533,6 +533,11 @@ class MonteCarloEngine:
             noisy = noisy.to(X.dtype)  # rounds a half-precision input's float32 noisy copies; else no copy
             with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
                 logits = self.module(noisy)
+            if logits.shape[1:] != (self.n_classes,):
+                # Else a vote for a class >= n_classes would be added to the next input's row.
+                raise ValueError(f"The module returned {' x '.join(map(str, logits.shape[1:])) or 'no'} logits per "
+                                 f"input; expected n_classes={self.n_classes} (logits of shape (batch, "
+                                 f"{self.n_classes})); for a fitted estimator: was module_ replaced after fit?")
             window = accumulator[(lo - first) * self.n_classes:(hi - first) * self.n_classes]
             if soft:
                 cells = (slot.view(-1, 1) + torch.arange(self.n_classes, device=self.device)).expand(len(noisy), -1)

@@ -248,6 +248,34 @@ class TestPacking:
         assert seen and all(seen)
 
 
+class LogitsOfWidth(torch.nn.Module):
+    """(n, d) -> (n, width) logits voting class ``width - 1`` where x_0 > 5, else class 0."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.width = width
+
+    def forward(self, x):
+        logits = torch.zeros((len(x), self.width))
+        logits[:, 0] = 1.0
+        logits[:, -1] = 2.0 * (x[:, 0] > 5)
+        return logits
+
+
+class TestModuleOutputWidth:
+    # A module scoring another number of classes than the engine's: a vote for
+    # class >= n_classes would land in the next input's row of the counts.
+    @pytest.mark.parametrize("width", [1, 3])
+    @pytest.mark.parametrize("soft", [False, True])
+    @pytest.mark.parametrize("batch_size", [7, 1000])
+    def test_is_refused_naming_both_widths(self, width, soft, batch_size):
+        engine = MonteCarloEngine(LogitsOfWidth(width), n_classes=2, batch_size=batch_size, root_seed=0)
+        X = torch.tensor([[10.0, 0.0], [0.0, 0.0]])
+        sample = engine.mean_softmax if soft else engine.class_counts
+        with pytest.raises(ValueError, match=rf"returned {width} logits per input; expected n_classes=2"):
+            sample(X, sigma=0.1, n_samples=10, stage=(1,))
+
+
 class TestMeanSoftmax:
     def test_rows_sum_to_one_and_match_counts_for_confident_models(self, inputs):
         X, x, sigma = inputs
