@@ -98,14 +98,47 @@ def check_training_data(estimator, X, y, reset):
     return X, y
 
 
-def encode_labels(y, classes=None):
+def check_classes(classes, source):
+    """The sorted distinct labels of ``classes``, refused unless they can be a classifier's classes.
+
+    Parameters
+    ----------
+    classes : array-like, shape (n_labels,)
+        Labels, in any order, possibly repeated.
+    source : str
+        Where they come from (``"y"``, ``"classes"``), for the messages.
+
+    Returns
+    -------
+    classes : ndarray, shape (n_classes,)
+        Sorted distinct labels.
+
+    Raises
+    ------
+    ValueError
+        With fewer than 2 distinct labels, or with the label ``ABSTAIN``.
+    """
+    classes = LabelEncoder().fit(np.asarray(classes)).classes_
+    if len(classes) < 2:
+        raise ValueError(f"Classification needs at least 2 classes in {source}; got {len(classes)} "
+                         f"class: {classes.tolist()}.")
+    if np.any(classes.astype(object) == ABSTAIN):
+        raise ValueError(f"{source} contains the label {ABSTAIN}, which is ABSTAIN, the label predict returns "
+                         "where the smoothed classifier abstains; relabel that class.")
+    return classes
+
+
+def encode_labels(y, classes=None, source="classes_"):
     """Class indices of labels ``y``; with ``classes=None`` learns the classes from ``y`` first.
 
     Parameters
     ----------
     y : ndarray, shape (n_samples,)
     classes : ndarray, shape (n_classes,), optional
-        Sorted known classes (``classes_``); ``y`` must hold no other label.
+        Sorted known or declared classes (``check_classes``); ``y`` must
+        hold no other label.
+    source : str, default="classes_"
+        What ``classes`` is called in the message for an unknown label.
 
     Returns
     -------
@@ -115,19 +148,10 @@ def encode_labels(y, classes=None):
         The given or learnt classes.
     """
     if classes is None:
-        encoder = LabelEncoder().fit(y)
-        if len(encoder.classes_) < 2:
-            raise ValueError(
-                f"Classification needs at least 2 classes in y; got {len(encoder.classes_)} "
-                f"class: {encoder.classes_.tolist()}.")
-        if np.any(encoder.classes_.astype(object) == ABSTAIN):
-            raise ValueError(
-                f"y contains the label {ABSTAIN}, which is ABSTAIN, the label predict returns "
-                "where the smoothed classifier abstains; relabel that class.")
-        return encoder.transform(y), encoder.classes_
+        classes = check_classes(y, "y")
     unknown = np.setdiff1d(np.unique(y), classes)
     if len(unknown):
-        raise ValueError(f"y contains labels {unknown.tolist()} not among classes_ {classes.tolist()}.")
+        raise ValueError(f"y contains labels {unknown.tolist()} not among {source} {classes.tolist()}.")
     return np.searchsorted(classes, y), classes
 
 

@@ -280,25 +280,44 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         ----------
         X, y
             As in :meth:`fit`.
-        classes : ignored
-            For scikit-learn compatibility.
+        classes : array-like, shape (n_classes,), optional
+            Every label of the task, in any order (scikit-learn's
+            convention): the first call (the one that initialises the
+            module) learns them as ``classes_`` even where its ``y`` lacks
+            some; without it, the first call learns the labels of its
+            ``y``. A later call may repeat the same classes, nothing else.
         **fit_params
             Passed on to skorch's ``fit_loop``.
 
         Returns
         -------
         self
-        """
-        return self._fit(X, y, reset=not self.initialized_, **fit_params)
 
-    def _fit(self, X, y, reset, **fit_params):
+        Raises
+        ------
+        ValueError
+            Before any training: if ``classes`` has fewer than 2 labels or
+            the label ``ABSTAIN``, if ``y`` has a label outside them, or if
+            a later call's ``classes`` differ from ``classes_``.
+        """
+        return self._fit(X, y, reset=not self.initialized_, classes=classes, **fit_params)
+
+    def _fit(self, X, y, reset, classes=None, **fit_params):
         if "sample_weight" in fit_params:
             raise TypeError(f"{type(self).__name__} does not support sample_weight: the training "
                             "loss weighs every sample equally; resample the data instead.")
         components = self._validate_smoothing_params()
         self._check_device_available()
         X, y = _validation.check_training_data(self, X, y, reset)
-        y_index, classes = _validation.encode_labels(y, None if reset else self.classes_)
+        if classes is not None:
+            classes = _validation.check_classes(classes, "classes")
+            if not reset and not np.array_equal(classes, self.classes_):
+                raise ValueError(f"classes={classes.tolist()} differ from classes_ {self.classes_.tolist()}, "
+                                 "learnt by the call that initialised the module; fit anew to change them.")
+        if reset:
+            y_index, classes = _validation.encode_labels(y, classes, "classes")
+        else:
+            y_index, classes = _validation.encode_labels(y, self.classes_)
         if isinstance(components["sigma_search"], BaseCertifiedSigma):
             components["sigma_search"].check_before_fit(components["training"], torch.from_numpy(X))
         if reset:

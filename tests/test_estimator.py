@@ -326,6 +326,38 @@ class TestUsedByFlows:
         clf.partial_fit(X, y)
         assert clf.module_ is module and len(clf.history) == 2
 
+    def test_partial_fit_learns_the_declared_classes_on_its_first_call(self, digits):
+        # scikit-learn's convention: the first partial_fit names every class,
+        # including those its first batch lacks; later batches may hold them.
+        X, y = digits[0][:200], digits[1][:200]
+        first = np.isin(y, [0, 1])
+        clf = tiny_digits_classifier(max_epochs=1).partial_fit(X[first], y[first], classes=np.arange(10))
+        np.testing.assert_array_equal(clf.classes_, np.arange(10))
+        assert clf.module_(torch.from_numpy(X[:1])).shape == (1, 10)
+        clf.partial_fit(X[~first], y[~first])
+        assert len(clf.history) == 2
+
+    @pytest.mark.parametrize("classes, message", [
+        ([0, 1], r"y contains labels \[2, 3\] not among classes \[0, 1\]"),
+        ([3], r"at least 2 classes.*got 1"),
+        ([-1, 0, 1, 2, 3], r"the label -1, which is ABSTAIN"),
+    ])
+    def test_partial_fit_refuses_bad_declared_classes_before_training(self, digits, classes, message):
+        X, y = digits[0][:40], digits[1][:40] % 4
+        clf = tiny_digits_classifier(max_epochs=1)
+        with pytest.raises(ValueError, match=message):
+            clf.partial_fit(X, y, classes=classes)
+        assert not hasattr(clf, "classes_")
+
+    def test_partial_fit_refuses_other_classes_than_its_first_call(self, digits):
+        X, y = digits[0][:60], digits[1][:60] % 3
+        clf = tiny_digits_classifier(max_epochs=1).partial_fit(X, y, classes=[0, 1, 2])
+        history = len(clf.history)
+        clf.partial_fit(X, y, classes=[2, 1, 0])  # the same classes, in any order
+        with pytest.raises(ValueError, match=r"classes=\[0, 1, 2, 3\] differ from classes_ \[0, 1, 2\]"):
+            clf.partial_fit(X, y, classes=[0, 1, 2, 3])
+        assert len(clf.history) == history + 1
+
     def test_reset_regions(self, make_linear_classifier):
         clf = make_linear_classifier((1.0,))
         clf.regions_.append(np.zeros((1, 1)), [1.0], [0.5], [1], [0.9])
