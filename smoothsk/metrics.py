@@ -203,9 +203,21 @@ def certification_scorers(radii):
     Returns
     -------
     dict of str -> callable
-        ``"acr"`` and ``"certified_accuracy_at_<r>"`` per radius.
+        ``"acr"`` and ``"certified_accuracy_at_<r>"`` per distinct radius
+        (``<r>`` with 6 significant digits).
+
+    Raises
+    ------
+    ValueError
+        If two distinct radii get the same name.
     """
-    thresholds = {f"certified_accuracy_at_{float(r):g}": float(r) for r in radii}
+    thresholds = {}
+    for r in map(float, radii):
+        name = f"certified_accuracy_at_{r:g}"
+        if thresholds.get(name, r) != r:
+            raise ValueError(f"radii {thresholds[name]!r} and {r!r} both give the scorer name {name!r}; "
+                             "pass radii that differ in their first 6 significant digits.")
+        thresholds[name] = r
     certify = _CertifyOnce(1 + len(thresholds))
 
     def acr(estimator, X, y):

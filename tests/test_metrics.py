@@ -79,6 +79,13 @@ class TestScorers:
         assert estimator.calls == 1
         assert scores == pytest.approx([0.45, 0.6, 0.4])
 
+    def test_radii_whose_names_collide_are_refused(self):
+        # Names show 6 significant digits: two radii with one name would leave one scorer.
+        with pytest.raises(ValueError, match=r"radii 0.1 and 0.1000001 both give the scorer name "
+                                             r"'certified_accuracy_at_0.1'"):
+            certification_scorers([0.1, 0.1000001, 0.25])
+        assert list(certification_scorers([0.5, 0.5])) == ["acr", "certified_accuracy_at_0.5"]
+
     def test_a_new_round_certifies_again(self):
         # Same estimator and X scored twice (e.g. refitted in between): two certifications.
         scorers = certification_scorers([0.5])
