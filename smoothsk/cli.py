@@ -7,7 +7,9 @@ writing Python.
 
 import argparse
 import csv
+import os
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -96,11 +98,32 @@ def read_npz(path, require_y):
     return X.astype(np.float32, copy=False), y
 
 
-def check_output(path):
-    """Refuse an output path whose folder does not exist, before any expensive work."""
+def check_output(path, option="--out"):
+    """Refuse an output file path that cannot be written, before any expensive work.
+
+    Outputs are written to a temporary file in their folder, then renamed
+    over ``path``, so the folder must exist and be writable.
+
+    Parameters
+    ----------
+    path : str
+        The file the command will write.
+    option : str, default="--out"
+        The option that gave ``path``, for the message.
+
+    Raises
+    ------
+    InputFileError
+        Naming the option and the path: a directory, or a folder that does
+        not exist or is not writable.
+    """
+    if Path(path).is_dir():
+        raise InputFileError(f"{option} {path}: is a directory; give the path of a file to write.")
     folder = Path(path).resolve().parent
     if not folder.is_dir():
-        raise InputFileError(f"{path}: cannot write it, the folder {folder} does not exist.")
+        raise InputFileError(f"{option} {path}: cannot write it, the folder {folder} does not exist.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputFileError(f"{option} {path}: cannot write it, the folder {folder} is not writable.")
 
 
 def run_fit(args):
@@ -117,6 +140,32 @@ def run_fit(args):
     clf.save(args.out)
     print(f"model saved to {args.out}")
     return 0
+
+
+def write_certificates(path, columns, rows):
+    """Write the certificates' CSV atomically (a temporary file in the same folder, then ``os.replace``).
+
+    Parameters
+    ----------
+    path : str
+        The CSV to write; never left half-written.
+    columns : list of str
+        The header.
+    rows : iterable of list
+        One row per input.
+    """
+    handle, tmp = tempfile.mkstemp(prefix=Path(path).name + ".", suffix=".tmp", dir=Path(path).resolve().parent)
+    try:
+        with os.fdopen(handle, "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(columns)
+            writer.writerows(rows)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_model(path):
@@ -171,16 +220,17 @@ def run_certify(args):
     if args.device is not None:
         clf._check_device_available()
         clf.module_.to(args.device)
-    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=args.checkpoint)
+    # The checkpoint is kept until the CSV is on disk: a failure to write it loses no certificate.
+    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=args.checkpoint,
+                                              keep_checkpoint=True)
     guarantee = details.guarantee
     columns = ["index", "prediction", "radius", "sigma", "n_samples", "guarantee"] + (["y"] if y is not None else [])
-    with open(args.out, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(columns)
-        for index in range(len(X)):
-            row = [index, prediction[index], repr(float(radius[index])), repr(float(details.sigma[index])),
-                   int(details.n_samples[index]), guarantee]
-            writer.writerow(row + ([y[index]] if y is not None else []))
+    write_certificates(args.out, columns, (
+        [index, prediction[index], repr(float(radius[index])), repr(float(details.sigma[index])),
+         int(details.n_samples[index]), guarantee] + ([y[index]] if y is not None else [])
+        for index in range(len(X))))
+    if args.checkpoint is not None:
+        Path(args.checkpoint).unlink(missing_ok=True)
     print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) saved to {args.out}")
     return 0
 

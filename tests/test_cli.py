@@ -88,6 +88,29 @@ class TestFitCertify:
         assert main(["certify", str(model), str(data), "--out", str(resumed), "--checkpoint",
                      str(tmp_path / "run.ckpt"), *common]) == 0
         assert plain.read_text() == resumed.read_text()
+        assert not (tmp_path / "run.ckpt").exists()  # removed once the CSV is written
+
+    def test_checkpoint_survives_a_failure_to_write_the_csv(self, npz_data, tmp_path, monkeypatch, capsys):
+        _, _, data, model = npz_data
+        plain, out, checkpoint = tmp_path / "plain.csv", tmp_path / "c.csv", tmp_path / "run.ckpt"
+        common = ["--n", "40", "--n0", "10", "--checkpoint", str(checkpoint)]
+        assert main(["certify", str(model), str(data), "--out", str(plain), *common]) == 0
+
+        def disk_full(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as patch:
+            patch.setattr("smoothsk.cli.csv.writer", disk_full)
+            assert main(["certify", str(model), str(data), "--out", str(out), *common]) == 2
+        assert "No space left on device" in capsys.readouterr().err
+        assert checkpoint.exists() and not out.exists()
+
+        def expensive(*args, **kwargs):
+            raise AssertionError("certified again instead of reading the checkpoint")
+
+        monkeypatch.setattr("smoothsk.estimator.SampleWiseSmoothedClassifier._certify_rows", expensive)
+        assert main(["certify", str(model), str(data), "--out", str(out), *common]) == 0
+        assert out.read_text() == plain.read_text() and not checkpoint.exists()
 
 
 class TestSampleSizes:
@@ -201,6 +224,23 @@ class TestBadFiles:
         missing = tmp_path / "missing.safetensors"
         assert main(["certify", str(missing), str(npz_data[2]), "--out", str(tmp_path / "c.csv")]) == 2
         assert str(missing) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["fit", "certify"])
+def test_an_output_path_that_is_a_directory_is_refused_before_any_work(command, npz_data, tmp_path, capsys,
+                                                                       monkeypatch):
+    _, _, data, model = npz_data
+
+    def expensive(*args, **kwargs):
+        raise AssertionError("trained or certified before checking --out")
+
+    monkeypatch.setattr(SampleWiseSmoothedClassifier, command, expensive)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    inputs = [str(data)] if command == "fit" else [str(model), str(data)]
+    assert main([command, *inputs, "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and str(folder) in err and "is a directory" in err
 
 
 @pytest.mark.parametrize("command", ["fit", "certify"])
