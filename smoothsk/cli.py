@@ -199,11 +199,21 @@ def sampler_with_sizes(clf, args):
 
 
 def run_certify(args):
-    """``smoothsk certify``: certify every input of an ``.npz`` with a saved model, write a CSV."""
+    """``smoothsk certify``: certify every input of an ``.npz`` with a saved model, write a CSV.
+
+    With ``--save-model``, also write the model as certified: a stateful
+    allocator's certificates are about its region classifier, whose regions
+    this run extends (without it, a warning says they are not saved).
+    """
     check_output(args.out)
+    if args.save_model is not None:
+        check_output(args.save_model, "--save-model")
+        if Path(args.save_model).resolve() == Path(args.out).resolve():
+            raise InputFileError(f"--save-model {args.save_model}: the same file as --out; give another path.")
     if args.checkpoint is not None:
         check_path(args.checkpoint)
     clf = load_model(args.model)
+    unchanged = {"n_jobs": clf.n_jobs, "verbose": clf.verbose}  # --save-model keeps the model's own
     sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
     X, y = read_npz(args.data, require_y=False)
     if tuple(X.shape[1:]) != tuple(clf.input_shape_):
@@ -220,6 +230,12 @@ def run_certify(args):
     if args.device is not None:
         clf._check_device_available()
         clf.module_.to(args.device)
+    allocator = clf._component("allocator")
+    if not allocator.stateless and args.save_model is None:
+        print(f"smoothsk certify: warning: the model's allocator {type(allocator).__name__} is stateful: these "
+              f"certificates are about its region classifier, which keeps the regions this run allocates, but "
+              f"they are not saved ({args.model} is not changed). Pass --save-model PATH to write the model "
+              f"with them.", file=sys.stderr)
     # The checkpoint is kept until the CSV is on disk: a failure to write it loses no certificate.
     prediction, radius, details = clf.certify(X, return_details=True, checkpoint=args.checkpoint,
                                               keep_checkpoint=True)
@@ -229,9 +245,12 @@ def run_certify(args):
         [index, prediction[index], repr(float(radius[index])), repr(float(details.sigma[index])),
          int(details.n_samples[index]), guarantee] + ([y[index]] if y is not None else [])
         for index in range(len(X))))
-    if args.checkpoint is not None:
-        Path(args.checkpoint).unlink(missing_ok=True)
     print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) saved to {args.out}")
+    if args.save_model is not None:
+        clf.set_params(**unchanged).save(args.save_model)
+        print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}")
+    if args.checkpoint is not None:  # only now: the results are on disk
+        Path(args.checkpoint).unlink(missing_ok=True)
     return 0
 
 
@@ -290,6 +309,9 @@ def build_parser():
                                              "(default: the model's)")
     cert.add_argument("--alpha", type=float, help="failure probability per certificate (default: the model's)")
     cert.add_argument("--checkpoint", help="file saving finished chunks; rerun the command to resume")
+    cert.add_argument("--save-model", help="model file to write after certifying, with the regions a stateful "
+                                           "allocator allocated (the classifier its certificates are about); "
+                                           "may be the model file itself")
     cert.add_argument("--n-jobs", type=int, help="parallel workers of the Monte Carlo engine")
     cert.add_argument("--device", help="torch device to certify on (default: the model's)")
     cert.add_argument("-v", "--verbose", action="store_true", help="show a progress bar")

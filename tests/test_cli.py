@@ -7,6 +7,7 @@ import pytest
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.cli import build_parser, main
 from smoothsk.models import FlatMLP
+from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import FixedSigmaTraining
@@ -271,3 +272,57 @@ def test_a_checkpoint_folder_that_does_not_exist_is_refused_before_any_work(npz_
                  "--checkpoint", str(checkpoint)]) == 2
     err = capsys.readouterr().err
     assert "checkpoint" in err and "no-such-folder" in err and "does not exist" in err
+
+
+class TestStatefulAllocator:
+    """Certificates of a stateful allocator are about the region classifier: ``--save-model`` keeps it."""
+
+    @staticmethod
+    def stateful_model(npz_data, tmp_path):
+        X, _, _, model = npz_data
+        path, test = tmp_path / "stateful.safetensors", tmp_path / "test.npz"
+        SampleWiseSmoothedClassifier.load(model).set_params(allocator=OnlineBallAllocator()).save(path)
+        np.savez(test, X=X[:8])
+        return path, test
+
+    def test_save_model_writes_the_regions_the_certificates_rely_on(self, npz_data, tmp_path, capsys):
+        X, _, _, _ = npz_data
+        model, test = self.stateful_model(npz_data, tmp_path)
+        out, saved = tmp_path / "c.csv", tmp_path / "after.safetensors"
+        assert main(["certify", str(model), str(test), "--out", str(out), "--n", "50", "--n0", "10",
+                     "--save-model", str(saved)]) == 0
+        assert "--save-model" not in capsys.readouterr().err
+        clf = SampleWiseSmoothedClassifier.load(model).set_params(sampler__n=50, sampler__n0=10)
+        _, radius = clf.certify(X[:8])
+        assert [float(row["radius"]) for row in read_csv(out)] == radius.tolist()
+        after = SampleWiseSmoothedClassifier.load(saved)
+        assert len(after.regions_) == len(clf.regions_) > 0
+        assert after.regions_.digest() == clf.regions_.digest()
+        assert len(SampleWiseSmoothedClassifier.load(model).regions_) == 0  # the input file is left as it was
+
+    def test_without_save_model_a_warning_says_the_regions_are_not_saved(self, npz_data, tmp_path, capsys):
+        model, test = self.stateful_model(npz_data, tmp_path)
+        assert main(["certify", str(model), str(test), "--out", str(tmp_path / "c.csv"), "--n", "50"]) == 0
+        err = capsys.readouterr().err
+        assert "warning" in err and "OnlineBallAllocator" in err and "--save-model" in err
+
+    def test_a_stateless_allocator_gets_no_warning(self, npz_data, tmp_path, capsys):
+        X, _, data, model = npz_data
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), "--n", "50"]) == 0
+        assert "--save-model" not in capsys.readouterr().err
+
+    @pytest.mark.parametrize("where", ["directory", "missing-folder"])
+    def test_a_save_model_path_that_cannot_be_written_is_refused_before_any_work(self, where, npz_data, tmp_path,
+                                                                               capsys, monkeypatch):
+        _, _, data, model = npz_data
+
+        def expensive(*args, **kwargs):
+            raise AssertionError("loaded the model before checking --save-model")
+
+        monkeypatch.setattr(SampleWiseSmoothedClassifier, "load", expensive)
+        target = tmp_path if where == "directory" else tmp_path / "no-such-folder" / "m.safetensors"
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
+                     "--save-model", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "--save-model" in err and str(target) in err
+
