@@ -270,7 +270,7 @@ def _write(path, header, certificates, store):
         raise
 
 
-def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get_store, set_store):
+def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get_store, set_store, keep=False):
     """Certify inputs chunk by chunk, resuming from (and recording in) the checkpoint at ``path``.
 
     Parameters
@@ -283,7 +283,7 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     n_inputs : int
         Number of inputs of the run.
     path : Path
-        The checkpoint file (removed when the run completes).
+        The checkpoint file (removed when the run completes, unless ``keep``).
     every : int
         Inputs per chunk (validated by :func:`check_chunk_size`).
     parts : dict of str to str
@@ -294,6 +294,10 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
         its recorded one).
     get_store, set_store : callable
         Read and replace the estimator's region store.
+    keep : bool, default=False
+        Keep the file when the run completes: a rerun then reads every
+        certificate from it, so the caller can remove it once the results
+        are safely stored elsewhere.
 
     Returns
     -------
@@ -337,5 +341,6 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
         _write(path, header, done, extended)
         store = extended
         set_store(store)  # only once the chunk is on disk
-    path.unlink(missing_ok=True)
+    if not keep:
+        path.unlink(missing_ok=True)
     return Certificates(**done, guarantee=header["guarantee"])

@@ -6,12 +6,14 @@ are about (``Certificates.guarantee``), so that only like claims are compared.
 """
 
 import csv
+import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from sklearn.base import clone
 from sklearn.model_selection import train_test_split
 from skorch.callbacks import Callback
@@ -26,6 +28,7 @@ from .metrics import average_certified_radius, certified_accuracy_curve
 from .models import DigitsCNN, FlatMLP
 from .regions import MemoryAllocator, NoRegions, OnlineBallAllocator
 from .sampling import FixedSampler, InputSpecificSampler
+from .sigma import BaseCertifiedSigma
 from .statistics import certified_radius, clopper_pearson_lower
 
 #: Radii of the table's certified-accuracy columns.
@@ -205,13 +208,13 @@ class DemoRow:
         return average_certified_radius(self.y_true, self.prediction, self.radius)
 
 
-def run_method(name, params, data, settings, sampler, verbose):
-    """Train one method and certify the test split.
+def build_estimator(preset_id, params, data, settings, sampler, verbose):
+    """One method's estimator, its parameters checked as ``fit`` checks them before training.
 
     Parameters
     ----------
-    name : str
-        The method's table name.
+    preset_id : str
+        The method's preset id (named in the error).
     params : dict
         Keyword arguments of the estimator (:func:`demo_methods`).
     data : tuple
@@ -220,19 +223,55 @@ def run_method(name, params, data, settings, sampler, verbose):
         ``epochs``, ``alpha``, ``seed``.
     sampler : BaseSampler
     verbose : bool
+        Print skorch's epoch tables.
+
+    Returns
+    -------
+    SampleWiseSmoothedClassifier
+        Not fitted.
+
+    Raises
+    ------
+    ValueError
+        Naming the method, where one of its parameters is refused.
+    """
+    X_train, _, _, _, module, module_params = data
+    clf = SampleWiseSmoothedClassifier(
+        module, max_epochs=settings["epochs"], **TRAINING_SETTINGS, sampler=clone(sampler),
+        alpha=settings["alpha"], random_state=settings["seed"], verbose=int(verbose), **module_params, **params)
+    try:
+        components = clf._validate_smoothing_params()
+        if isinstance(components["sigma_search"], BaseCertifiedSigma):
+            components["sigma_search"].check_before_fit(components["training"], torch.from_numpy(X_train))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--methods {preset_id}: {exc}") from exc
+    return clf
+
+
+def run_method(name, clf, data, settings, verbose):
+    """Train one method and certify the test split.
+
+    Parameters
+    ----------
+    name : str
+        The method's table name.
+    clf : SampleWiseSmoothedClassifier
+        Its estimator (:func:`build_estimator`).
+    data : tuple
+        ``(X_train, X_test, y_train, y_test, module, module_params)``.
+    settings : dict
+        ``epochs``.
+    verbose : bool
         Print skorch's epoch tables instead of a progress bar.
 
     Returns
     -------
     DemoRow
     """
-    X_train, X_test, y_train, y_test, module, module_params = data
+    X_train, X_test, y_train, y_test, _, _ = data
     print(f"## {name}", file=sys.stderr)
     with tqdm(total=settings["epochs"], desc="train", unit="epoch", disable=verbose, file=sys.stderr) as bar:
-        clf = SampleWiseSmoothedClassifier(
-            module, max_epochs=settings["epochs"], **TRAINING_SETTINGS, sampler=clone(sampler),
-            alpha=settings["alpha"], random_state=settings["seed"], verbose=int(verbose),
-            callbacks=[] if verbose else [("progress", EpochProgress(bar))], **module_params, **params)
+        clf.set_params(callbacks=[] if verbose else [("progress", EpochProgress(bar))])
         started = time.perf_counter()
         clf.fit(X_train, y_train)
         train_seconds = time.perf_counter() - started
@@ -376,6 +415,54 @@ def resolve_settings(args):
     return settings
 
 
+def check_settings(settings):
+    """Refuse a count below one, naming its option (before any work).
+
+    Parameters
+    ----------
+    settings : dict
+        :func:`resolve_settings`.
+
+    Raises
+    ------
+    ValueError
+        Naming the option, the value and what was expected.
+    """
+    for key in ("epochs", "search_n", "n", "n0", "train_size"):
+        value = settings[key]
+        if value is not None and value < 1:
+            raise ValueError(f"--{key.replace('_', '-')} must be an int >= 1; got {value}.")
+
+
+def output_folder(out):
+    """Create the folder ``--out`` names (if needed) and check that it is writable, before any work.
+
+    Parameters
+    ----------
+    out : str
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    ValueError
+        Naming ``--out``: a path that exists and is not a folder, or one that
+        cannot be created or written.
+    """
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a folder; give a folder for the results.")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot create the folder ({exc}).") from exc
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: the folder is not writable.")
+    return folder
+
+
 def select_methods(methods, names):
     """The methods named in ``--methods``, or all.
 
@@ -420,6 +507,9 @@ def run_demo(args):
     list of DemoRow
     """
     settings = resolve_settings(args)
+    check_settings(settings)
+    methods = select_methods(demo_methods(settings["epochs"], settings["search_n"]), args.methods)
+    folder = output_folder(args.out)
     X, y, module, module_params = demo_data(args.data)
     X_train, X_test, y_train, y_test = train_test_split(
         X, y, test_size=settings["test_size"], train_size=settings["train_size"], random_state=0, stratify=y)
@@ -428,14 +518,13 @@ def run_demo(args):
         sampler = InputSpecificSampler(n_max=settings["n"])
     else:
         sampler = FixedSampler(n=settings["n"], n0=settings["n0"])
-    methods = select_methods(demo_methods(settings["epochs"], settings["search_n"]), args.methods)
+    estimators = {preset_id: (name, build_estimator(preset_id, params, data, settings, sampler, args.verbose))
+                  for preset_id, (name, params) in methods.items()}
     print(f"{args.data}: {len(X_train)} training and {len(X_test)} test inputs of shape {X.shape[1:]}; "
           f"{settings['epochs']} epochs per method; certifying with {sampler!r}, alpha={settings['alpha']}")
-    rows = [run_method(name, params, data, settings, sampler, args.verbose) for name, params in methods.values()]
+    rows = [run_method(name, clf, data, settings, args.verbose) for name, clf in estimators.values()]
     table, notes = markdown_table(rows, RADII), how_to_read(rows, settings)
     print(f"\n{table}\n\n{notes}\n")
-    folder = Path(args.out)
-    folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.md").write_text(f"{table}\n\n{notes}\n")
     write_csv(rows, RADII, folder / "results.csv")
     pictures = save_pictures(rows, folder)

@@ -7,7 +7,9 @@ writing Python.
 
 import argparse
 import csv
+import os
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -96,11 +98,32 @@ def read_npz(path, require_y):
     return X.astype(np.float32, copy=False), y
 
 
-def check_output(path):
-    """Refuse an output path whose folder does not exist, before any expensive work."""
+def check_output(path, option="--out"):
+    """Refuse an output file path that cannot be written, before any expensive work.
+
+    Outputs are written to a temporary file in their folder, then renamed
+    over ``path``, so the folder must exist and be writable.
+
+    Parameters
+    ----------
+    path : str
+        The file the command will write.
+    option : str, default="--out"
+        The option that gave ``path``, for the message.
+
+    Raises
+    ------
+    InputFileError
+        Naming the option and the path: a directory, or a folder that does
+        not exist or is not writable.
+    """
+    if Path(path).is_dir():
+        raise InputFileError(f"{option} {path}: is a directory; give the path of a file to write.")
     folder = Path(path).resolve().parent
     if not folder.is_dir():
-        raise InputFileError(f"{path}: cannot write it, the folder {folder} does not exist.")
+        raise InputFileError(f"{option} {path}: cannot write it, the folder {folder} does not exist.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputFileError(f"{option} {path}: cannot write it, the folder {folder} is not writable.")
 
 
 def run_fit(args):
@@ -117,6 +140,32 @@ def run_fit(args):
     clf.save(args.out)
     print(f"model saved to {args.out}")
     return 0
+
+
+def write_certificates(path, columns, rows):
+    """Write the certificates' CSV atomically (a temporary file in the same folder, then ``os.replace``).
+
+    Parameters
+    ----------
+    path : str
+        The CSV to write; never left half-written.
+    columns : list of str
+        The header.
+    rows : iterable of list
+        One row per input.
+    """
+    handle, tmp = tempfile.mkstemp(prefix=Path(path).name + ".", suffix=".tmp", dir=Path(path).resolve().parent)
+    try:
+        with os.fdopen(handle, "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(columns)
+            writer.writerows(rows)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_model(path):
@@ -150,11 +199,21 @@ def sampler_with_sizes(clf, args):
 
 
 def run_certify(args):
-    """``smoothsk certify``: certify every input of an ``.npz`` with a saved model, write a CSV."""
+    """``smoothsk certify``: certify every input of an ``.npz`` with a saved model, write a CSV.
+
+    With ``--save-model``, also write the model as certified: a stateful
+    allocator's certificates are about its region classifier, whose regions
+    this run extends (without it, a warning says they are not saved).
+    """
     check_output(args.out)
+    if args.save_model is not None:
+        check_output(args.save_model, "--save-model")
+        if Path(args.save_model).resolve() == Path(args.out).resolve():
+            raise InputFileError(f"--save-model {args.save_model}: the same file as --out; give another path.")
     if args.checkpoint is not None:
         check_path(args.checkpoint)
     clf = load_model(args.model)
+    unchanged = {"n_jobs": clf.n_jobs, "verbose": clf.verbose}  # --save-model keeps the model's own
     sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
     X, y = read_npz(args.data, require_y=False)
     if tuple(X.shape[1:]) != tuple(clf.input_shape_):
@@ -171,17 +230,27 @@ def run_certify(args):
     if args.device is not None:
         clf._check_device_available()
         clf.module_.to(args.device)
-    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=args.checkpoint)
+    allocator = clf._component("allocator")
+    if not allocator.stateless and args.save_model is None:
+        print(f"smoothsk certify: warning: the model's allocator {type(allocator).__name__} is stateful: these "
+              f"certificates are about its region classifier, which keeps the regions this run allocates, but "
+              f"they are not saved ({args.model} is not changed). Pass --save-model PATH to write the model "
+              f"with them.", file=sys.stderr)
+    # The checkpoint is kept until the CSV is on disk: a failure to write it loses no certificate.
+    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=args.checkpoint,
+                                              keep_checkpoint=True)
     guarantee = details.guarantee
     columns = ["index", "prediction", "radius", "sigma", "n_samples", "guarantee"] + (["y"] if y is not None else [])
-    with open(args.out, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(columns)
-        for index in range(len(X)):
-            row = [index, prediction[index], repr(float(radius[index])), repr(float(details.sigma[index])),
-                   int(details.n_samples[index]), guarantee]
-            writer.writerow(row + ([y[index]] if y is not None else []))
+    write_certificates(args.out, columns, (
+        [index, prediction[index], repr(float(radius[index])), repr(float(details.sigma[index])),
+         int(details.n_samples[index]), guarantee] + ([y[index]] if y is not None else [])
+        for index in range(len(X))))
     print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) saved to {args.out}")
+    if args.save_model is not None:
+        clf.set_params(**unchanged).save(args.save_model)
+        print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}")
+    if args.checkpoint is not None:  # only now: the results are on disk
+        Path(args.checkpoint).unlink(missing_ok=True)
     return 0
 
 
@@ -240,6 +309,9 @@ def build_parser():
                                              "(default: the model's)")
     cert.add_argument("--alpha", type=float, help="failure probability per certificate (default: the model's)")
     cert.add_argument("--checkpoint", help="file saving finished chunks; rerun the command to resume")
+    cert.add_argument("--save-model", help="model file to write after certifying, with the regions a stateful "
+                                           "allocator allocated (the classifier its certificates are about); "
+                                           "may be the model file itself")
     cert.add_argument("--n-jobs", type=int, help="parallel workers of the Monte Carlo engine")
     cert.add_argument("--device", help="torch device to certify on (default: the model's)")
     cert.add_argument("-v", "--verbose", action="store_true", help="show a progress bar")

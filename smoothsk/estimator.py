@@ -579,7 +579,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         correct = prediction.astype(object) == y.astype(object)
         return float(np.average(correct, weights=sample_weight))
 
-    def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000):
+    def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False):
         """Certified prediction and L2 radius per input.
 
         Parameters
@@ -597,10 +597,15 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             the run, as it found them: the recorded regions then replace them).
             A file of another run, or ``regions_`` changed by other calls since,
             is refused with a ``ValueError``; the file is never overwritten by
-            another run, and is removed on success. Each chunk's regions join
-            ``regions_`` only once the chunk is recorded.
+            another run, and is removed on success unless ``keep_checkpoint``.
+            Each chunk's regions join ``regions_`` only once the chunk is recorded.
         checkpoint_every : int, default=1000
             Inputs per chunk when ``checkpoint`` is given (a positive int).
+        keep_checkpoint : bool, default=False
+            Keep the ``checkpoint`` file when the run completes: the same call
+            then returns every certificate from it without sampling. Remove it
+            yourself once the results are saved (``smoothsk certify`` keeps it
+            until its CSV is written).
 
         Returns
         -------
@@ -618,6 +623,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         every = _checkpoint.check_chunk_size(checkpoint_every)
         if checkpoint is not None:
             checkpoint = _checkpoint.check_path(checkpoint)
+        if not isinstance(keep_checkpoint, bool):
+            raise ValueError(f"keep_checkpoint must be a bool, got {keep_checkpoint!r}.")
         with tqdm(desc="certify", unit=" noisy samples", unit_scale=True, mininterval=1.0,
                   disable=not self.verbose, file=sys.stderr) as progress:
             if checkpoint is None:
@@ -625,7 +632,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                                                   self._seed(_stages.CERTIFY_SALT), progress,
                                                   self.regions_)
             else:
-                certificates = self._certify_with_checkpoint(X, components, checkpoint, every, progress)
+                certificates = self._certify_with_checkpoint(X, components, checkpoint, every, progress,
+                                                             keep_checkpoint)
         prediction = _validation.decode_labels(certificates.prediction, self.classes_)
         if return_details:
             return prediction, certificates.radius, certificates
@@ -715,14 +723,14 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                             radius_cap=chosen.radius_cap, sigma_samples=chosen.n_samples,
                             guarantee=sigma_function.guarantee)
 
-    def _certify_with_checkpoint(self, X, components, path, every, progress):
+    def _certify_with_checkpoint(self, X, components, path, every, progress, keep):
         """Certify ``X`` in chunks recorded in the checkpoint ``path`` (see :mod:`smoothsk._checkpoint`)."""
         def certify_rows(rows, root_seed, regions):
             return self._certify_rows(X, rows, components, root_seed, progress, regions)
 
         return _checkpoint.certify_in_chunks(
             certify_rows, len(X), path, every, _checkpoint.run_fingerprint(self, X), self._seed(_stages.CERTIFY_SALT),
-            get_store=lambda: self.regions_, set_store=lambda store: setattr(self, "regions_", store))
+            get_store=lambda: self.regions_, set_store=lambda store: setattr(self, "regions_", store), keep=keep)
 
     def _check_regions(self, components, regions=None):
         """Refuse a store of other weights, another allocator class, alpha or precision (before sampling)."""

@@ -7,6 +7,7 @@ import pytest
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.cli import build_parser, main
 from smoothsk.models import FlatMLP
+from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import FixedSigmaTraining
@@ -88,6 +89,29 @@ class TestFitCertify:
         assert main(["certify", str(model), str(data), "--out", str(resumed), "--checkpoint",
                      str(tmp_path / "run.ckpt"), *common]) == 0
         assert plain.read_text() == resumed.read_text()
+        assert not (tmp_path / "run.ckpt").exists()  # removed once the CSV is written
+
+    def test_checkpoint_survives_a_failure_to_write_the_csv(self, npz_data, tmp_path, monkeypatch, capsys):
+        _, _, data, model = npz_data
+        plain, out, checkpoint = tmp_path / "plain.csv", tmp_path / "c.csv", tmp_path / "run.ckpt"
+        common = ["--n", "40", "--n0", "10", "--checkpoint", str(checkpoint)]
+        assert main(["certify", str(model), str(data), "--out", str(plain), *common]) == 0
+
+        def disk_full(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as patch:
+            patch.setattr("smoothsk.cli.csv.writer", disk_full)
+            assert main(["certify", str(model), str(data), "--out", str(out), *common]) == 2
+        assert "No space left on device" in capsys.readouterr().err
+        assert checkpoint.exists() and not out.exists()
+
+        def expensive(*args, **kwargs):
+            raise AssertionError("certified again instead of reading the checkpoint")
+
+        monkeypatch.setattr("smoothsk.estimator.SampleWiseSmoothedClassifier._certify_rows", expensive)
+        assert main(["certify", str(model), str(data), "--out", str(out), *common]) == 0
+        assert out.read_text() == plain.read_text() and not checkpoint.exists()
 
 
 class TestSampleSizes:
@@ -204,6 +228,23 @@ class TestBadFiles:
 
 
 @pytest.mark.parametrize("command", ["fit", "certify"])
+def test_an_output_path_that_is_a_directory_is_refused_before_any_work(command, npz_data, tmp_path, capsys,
+                                                                       monkeypatch):
+    _, _, data, model = npz_data
+
+    def expensive(*args, **kwargs):
+        raise AssertionError("trained or certified before checking --out")
+
+    monkeypatch.setattr(SampleWiseSmoothedClassifier, command, expensive)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    inputs = [str(data)] if command == "fit" else [str(model), str(data)]
+    assert main([command, *inputs, "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and str(folder) in err and "is a directory" in err
+
+
+@pytest.mark.parametrize("command", ["fit", "certify"])
 def test_an_output_folder_that_does_not_exist_is_refused_before_any_work(command, npz_data, tmp_path, capsys,
                                                                           monkeypatch):
     _, _, data, model = npz_data
@@ -231,3 +272,57 @@ def test_a_checkpoint_folder_that_does_not_exist_is_refused_before_any_work(npz_
                  "--checkpoint", str(checkpoint)]) == 2
     err = capsys.readouterr().err
     assert "checkpoint" in err and "no-such-folder" in err and "does not exist" in err
+
+
+class TestStatefulAllocator:
+    """Certificates of a stateful allocator are about the region classifier: ``--save-model`` keeps it."""
+
+    @staticmethod
+    def stateful_model(npz_data, tmp_path):
+        X, _, _, model = npz_data
+        path, test = tmp_path / "stateful.safetensors", tmp_path / "test.npz"
+        SampleWiseSmoothedClassifier.load(model).set_params(allocator=OnlineBallAllocator()).save(path)
+        np.savez(test, X=X[:8])
+        return path, test
+
+    def test_save_model_writes_the_regions_the_certificates_rely_on(self, npz_data, tmp_path, capsys):
+        X, _, _, _ = npz_data
+        model, test = self.stateful_model(npz_data, tmp_path)
+        out, saved = tmp_path / "c.csv", tmp_path / "after.safetensors"
+        assert main(["certify", str(model), str(test), "--out", str(out), "--n", "50", "--n0", "10",
+                     "--save-model", str(saved)]) == 0
+        assert "--save-model" not in capsys.readouterr().err
+        clf = SampleWiseSmoothedClassifier.load(model).set_params(sampler__n=50, sampler__n0=10)
+        _, radius = clf.certify(X[:8])
+        assert [float(row["radius"]) for row in read_csv(out)] == radius.tolist()
+        after = SampleWiseSmoothedClassifier.load(saved)
+        assert len(after.regions_) == len(clf.regions_) > 0
+        assert after.regions_.digest() == clf.regions_.digest()
+        assert len(SampleWiseSmoothedClassifier.load(model).regions_) == 0  # the input file is left as it was
+
+    def test_without_save_model_a_warning_says_the_regions_are_not_saved(self, npz_data, tmp_path, capsys):
+        model, test = self.stateful_model(npz_data, tmp_path)
+        assert main(["certify", str(model), str(test), "--out", str(tmp_path / "c.csv"), "--n", "50"]) == 0
+        err = capsys.readouterr().err
+        assert "warning" in err and "OnlineBallAllocator" in err and "--save-model" in err
+
+    def test_a_stateless_allocator_gets_no_warning(self, npz_data, tmp_path, capsys):
+        X, _, data, model = npz_data
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), "--n", "50"]) == 0
+        assert "--save-model" not in capsys.readouterr().err
+
+    @pytest.mark.parametrize("where", ["directory", "missing-folder"])
+    def test_a_save_model_path_that_cannot_be_written_is_refused_before_any_work(self, where, npz_data, tmp_path,
+                                                                               capsys, monkeypatch):
+        _, _, data, model = npz_data
+
+        def expensive(*args, **kwargs):
+            raise AssertionError("loaded the model before checking --save-model")
+
+        monkeypatch.setattr(SampleWiseSmoothedClassifier, "load", expensive)
+        target = tmp_path if where == "directory" else tmp_path / "no-such-folder" / "m.safetensors"
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
+                     "--save-model", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "--save-model" in err and str(target) in err
+

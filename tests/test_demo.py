@@ -109,3 +109,45 @@ def test_options_override_the_quick_settings_one_by_one():
 def test_unknown_guarantee_statements_are_shown_as_they_are():
     assert guarantee_words("some future classifier") == "some future classifier"
     assert set(EXPECTED_GUARANTEE.values()) == set(GUARANTEES)
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Make any training fail the test: the demo's options must be refused before it."""
+    def expensive(*args, **kwargs):
+        raise AssertionError("trained before refusing the options")
+
+    monkeypatch.setattr(SampleWiseSmoothedClassifier, "fit", expensive)
+
+
+@pytest.mark.parametrize("option, value", [("--epochs", "-3"), ("--epochs", "0"), ("--search-n", "0"),
+                                           ("--n", "0"), ("--n0", "-1"), ("--train-size", "0")])
+def test_a_setting_below_one_is_refused_before_any_training(option, value, no_training, tmp_path, capsys):
+    args = ["demo", *TINY, "--methods", "cohen-0.25,pfat", option, value, "--out", str(tmp_path / "out")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("smoothsk demo: error: ") and option in err and value in err
+
+
+def test_a_later_method_that_refuses_its_settings_stops_the_run_before_the_first_trains(no_training, tmp_path,
+                                                                                      capsys, monkeypatch):
+    from smoothsk.sigma import GridSigmaSearch
+
+    def refused(self):
+        raise ValueError("n must be at least 1")  # a parameter check of PFAT's search, not of the first method
+
+    monkeypatch.setattr(GridSigmaSearch, "validate", refused)
+    args = ["demo", *TINY, "--methods", "cohen-0.25,pfat", "--out", str(tmp_path / "out")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "pfat" in err and "n must be at least 1" in err
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_training(no_training, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    assert main(["demo", *TINY, "--methods", "cohen-0.25", "--out", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and str(afile) in err and "not a folder" in err
+    assert afile.read_text() == "keep me"
+
