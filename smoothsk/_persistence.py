@@ -120,7 +120,7 @@ from skorch.history import History
 from torch.utils.data import DataLoader
 
 from . import models, regions, sampling, sigma, training
-from ._digest import module_fingerprint, value_digest
+from ._digest import module_fingerprint, module_state, value_digest
 from .regions import RegionStore
 from .regions._store import UNRECORDED
 
@@ -397,19 +397,18 @@ def _fingerprints(estimator):
 def _differences(live, rebuilt, name=""):
     """Dotted names of the smallest parts of ``live``'s state that ``rebuilt`` does not equal, for messages.
 
-    Walks objects' attributes (a module's without its train/eval flag, its
-    parameters, buffers and children named by their own names) and dicts'
-    entries; parts are compared by :func:`~smoothsk._digest.value_digest`.
+    Walks objects' attributes (a module's :func:`~smoothsk._digest.module_state`,
+    its parameters, buffers and children named by their own names) and
+    dicts' entries; parts are compared by :func:`~smoothsk._digest.value_digest`.
     """
     if value_digest(live) == value_digest(rebuilt):
         return []
     if type(live) is type(rebuilt) and isinstance(live, (dict, torch.nn.Module, sigma.BaseSigmaSearch)):
         is_module = isinstance(live, torch.nn.Module)
-        live, rebuilt = (live, rebuilt) if isinstance(live, dict) else (vars(live), vars(rebuilt))
+        if not isinstance(live, dict):
+            live, rebuilt = (module_state(live), module_state(rebuilt)) if is_module else (vars(live), vars(rebuilt))
         parts = []
         for key in dict.fromkeys([*live, *rebuilt]):
-            if is_module and key == "training":
-                continue
             inner = name if is_module and key in ("_parameters", "_buffers", "_modules") else (
                 f"{name}.{key}" if name else str(key))
             parts += _differences(live.get(key, _ABSENT), rebuilt.get(key, _ABSENT), inner)

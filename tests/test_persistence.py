@@ -55,6 +55,23 @@ class ShiftedNet(nn.Module):
         return self.linear(self.scale * (x.flatten(1) - self.shift))
 
 
+def negate(module, inputs, output):
+    """A forward hook: the module's logits negated."""
+    return -output
+
+
+class NormalisedNet(nn.Module):
+    """A linear layer under spectral normalisation (a parametrization), its logits negated by a forward hook."""
+
+    def __init__(self, n_classes=2):
+        super().__init__()
+        self.linear = nn.utils.parametrizations.spectral_norm(nn.Linear(2, n_classes))
+        self.register_forward_hook(negate)
+
+    def forward(self, x):
+        return self.linear(x.flatten(1))
+
+
 # ------------------------------------------------------------------- helpers
 
 def read_file(path):
@@ -80,10 +97,10 @@ def write_file(path, document, tensors, digest=None):
     save_file(tensors, path, metadata={"smoothsk": text, "smoothsk_sha256": digest})
 
 
-def fit_shifted(**params):
-    """A fitted estimator around :class:`ShiftedNet`, and the 20 two-feature inputs it was fitted on."""
+def fit_two_features(module=ShiftedNet, **params):
+    """A fitted estimator around ``module``, and the 20 two-feature inputs it was fitted on."""
     X = np.linspace(-1, 1, 40, dtype=np.float32).reshape(20, 2)
-    clf = SampleWiseSmoothedClassifier(ShiftedNet, max_epochs=1, lr=0.1, sampler=FixedSampler(n=100, n0=10),
+    clf = SampleWiseSmoothedClassifier(module, max_epochs=1, lr=0.1, sampler=FixedSampler(n=100, n0=10),
                                        random_state=0, **params).fit(X, np.arange(20) % 2)
     return clf, X
 
@@ -172,6 +189,12 @@ class TestRoundTrip:
         np.testing.assert_array_equal(loaded.classes_, clf.classes_, strict=True)
         np.testing.assert_array_equal(loaded.predict(X[:5]), clf.predict(X[:5]), strict=True)
 
+    def test_parametrized_module_with_a_hook_round_trip(self, tmp_path):
+        """Its parametrization and its hook (registered under another handle id when rebuilt) are the saved ones."""
+        clf, X = fit_two_features(NormalisedNet)
+        clf.save(tmp_path / "model.safetensors")
+        assert_same_certificates(clf, load(tmp_path / "model.safetensors", module=NormalisedNet), X)
+
     @pytest.mark.skipif(torch.cuda.is_available(), reason="tests the fallback where CUDA is missing")
     def test_saved_on_cuda_loads_on_cpu(self, fitted_digits_cnn, saved_cnn, digits_split, tmp_path):
         """Tensors are always stored from the CPU; a file saved with device='cuda' loads with device='cpu'."""
@@ -205,7 +228,7 @@ class TestSaveRefuses:
         ids=["non-persistent buffer", "attribute"])
     def test_module_state_outside_the_state_dict_is_refused_naming_it(self, edit, named, tmp_path):
         """The file holds the state_dict only: a module computing with more would load as another classifier."""
-        clf, _ = fit_shifted()
+        clf, _ = fit_two_features()
         edit(clf.module_)
         with pytest.raises(ValueError, match=rf"Cannot save .*model\.safetensors: module_ holds state that the file "
                                              rf"cannot hold.*: {named} differs.*state outside its state_dict \(a "
@@ -352,7 +375,7 @@ class TestLoadRefuses:
 
     def test_module_whose_code_changed_since_saving_is_refused(self, tmp_path, monkeypatch):
         """Same class name and weights, but it now computes otherwise: not the classifier that was saved."""
-        clf, X = fit_shifted()
+        clf, X = fit_two_features()
         clf.save(tmp_path / "model.safetensors")
         assert_same_certificates(clf, load(tmp_path / "model.safetensors", module=ShiftedNet), X[:5])
         monkeypatch.setattr(ShiftedNet, "initial_shift", 0.7)
