@@ -52,8 +52,9 @@ fingerprints hold no code: an edit of ``forward`` alone goes unnoticed.
 Format versions
 ---------------
 Version 3 (:data:`FORMAT_VERSION`) added ``fingerprints``. Version 2 added
-``sigma_search_``: the fitted certified sigma function (:class:`~smoothsk.sigma.BaseCertifiedSigma`) that
-certificates of ``G`` need, e.g. the trained selector module of
+``sigma_search_``: the fitted certified sigma function
+(:class:`~smoothsk.sigma.BaseCertifiedSigma`) that certificates of ``G``
+need, e.g. the trained selector module of
 :class:`~smoothsk.sigma.CertifiedSigmaSelector` or the training inputs of
 :class:`~smoothsk.sigma.SemiElasticSigma`'s nearest-neighbour rule. A class
 saves it when it provides ``fitted_arrays()`` (its state as named tensors)
@@ -434,13 +435,13 @@ def _check_rebuilt(estimator, document, tensors, source, module, named):
         np.random.set_state(random_state)
     for what, fingerprint in _fingerprints(rebuilt).items():
         if fingerprint != document["fingerprints"][what]:
-            parts = _differences(getattr(estimator, what), getattr(rebuilt, what)) or ["its state"]
+            parts = [part for part in _differences(getattr(estimator, what), getattr(rebuilt, what)) if part]
             raise ValueError(
                 f"{source}: {what} holds state that the file cannot hold, so the loaded estimator would be "
-                f"another classifier: {', '.join(parts)} differs in the {what} rebuilt from the saved parameters "
-                "and tensors. In a module, that is state outside its state_dict (a non-persistent buffer, or an "
-                "attribute changed after construction): register it as a parameter or a persistent buffer, or "
-                "set it from a constructor argument (module__<name>=...).")
+                f"another classifier: {', '.join(parts) or 'its state'} differs in the {what} rebuilt from the "
+                "saved parameters and tensors. In a module, that is state outside its state_dict (a non-persistent "
+                "buffer, or an attribute changed after construction): register it as a parameter or a persistent "
+                "buffer, or set it from a constructor argument (module__<name>=...).")
 
 
 # ------------------------------------------------------------------------ load
