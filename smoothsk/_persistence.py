@@ -705,7 +705,8 @@ def _check_fingerprints(estimator, saved, source):
                 f"{source}: the {what} built from the saved parameters and tensors is not the one that was "
                 "saved: it computes with other state outside the tensors (a non-persistent buffer, an attribute "
                 "set in __init__, a hook, the order of its submodules), so it would be another classifier. The "
-                "code of its class changed since the file was saved, or the module passed to load is not the "
+                "code of its class changed since the file was saved, or the class now lives in another module "
+                "(the fingerprint names each class by module and name), or the module passed to load is not the "
                 "saved one: load with the code (and module) the file was saved with.")
 
 
