@@ -53,9 +53,9 @@ def _value_form(value, ancestors=frozenset()):
     attributes (a ``defaultdict`` its factory). An object that pickles by
     its state (a module, a scikit-learn-style component, a callback) becomes
     its class and the form of that state (``__getstate__()``, else
-    ``__dict__``; a module's without its train/eval flag: certification runs
-    every module in eval mode), so all of a module's state counts, not only
-    its ``state_dict``: plain attributes, non-persistent buffers, hooks. A
+    ``__dict__``; a module's :func:`module_state`), so all of a module's
+    state counts, not only its ``state_dict``: plain attributes,
+    non-persistent buffers, hooks (in the order they run). A
     KD- or ball tree (a fitted neighbour index) becomes its arrays, without
     its query counters, which every query advances. Anything else (numbers,
     strings, arrays, classes, functions) is a leaf, hashed by
@@ -86,13 +86,42 @@ def _value_form(value, ancestors=frozenset()):
         return ("tree", cls.__module__, cls.__qualname__, [_leaf_digest(array) for array in value.get_arrays()])
     if (hasattr(value, "__dict__") and not isinstance(value, _BY_REFERENCE)
             and cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__):
-        getstate = getattr(value, "__getstate__", None)
-        state = getstate() if getstate is not None else vars(value)
         if isinstance(value, torch.nn.Module):
-            state = {key: item for key, item in state.items() if key != "training"}  # certify runs in eval mode
-            state["_modules"] = OrderedDict(state.get("_modules", {}))  # the children's order is the forward's
+            state = module_state(value)
+        else:
+            getstate = getattr(value, "__getstate__", None)
+            state = getstate() if getstate is not None else vars(value)
         return ("object", cls.__module__, cls.__qualname__, _value_form(state, inner))
     return ("leaf", _leaf_digest(value))
+
+
+def module_state(module):
+    """A module's own state as digests see it (its children are modules in it, not walked here).
+
+    Its attributes (``__dict__``, not ``__getstate__``, which a parametrized
+    module makes raise) without the train/eval flag (certification runs every
+    module in eval mode); ``_modules`` as an ordered mapping (the children's
+    order is the forward's); each hook dict keyed by the hook's rank among
+    the module's hooks, not its handle id: ids come from a global counter,
+    so two modules built alike hold equal hooks under other ids, while ranks
+    keep the order hooks run in and which entries of two dicts (a hook and
+    its ``with_kwargs`` flag) match.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+
+    Returns
+    -------
+    dict
+    """
+    state = {key: item for key, item in vars(module).items() if key != "training"}
+    state["_modules"] = OrderedDict(state.get("_modules", {}))
+    hooks = {key: item for key, item in state.items() if "hooks" in key and isinstance(item, dict)}
+    rank = {hook_id: i for i, hook_id in enumerate(sorted({hook_id for item in hooks.values() for hook_id in item}))}
+    state.update((key, OrderedDict((rank[hook_id], hook) for hook_id, hook in item.items()))
+                 for key, item in hooks.items())
+    return state
 
 
 def value_digest(value):

@@ -19,7 +19,10 @@ which joblib uses). A saved estimator is one such file:
   certified in, was saved before stores recorded it: its regions are
   refused until ``reset_regions()``), skorch's ``history``, the fitted
   certified sigma function's class and parameters (``sigma_search_``, or
-  null), and a manifest of every tensor's dtype and shape;
+  null), a manifest of every tensor's dtype and shape, and ``fingerprints``:
+  the :func:`~smoothsk._digest.module_fingerprint` of the module and the
+  :func:`~smoothsk._digest.value_digest` of the fitted sigma function (or
+  null), which cover what they compute with beyond the tensors;
 - header entry ``smoothsk_sha256``: the hex SHA-256 of the JSON document's
   UTF-8 bytes followed by the raw bytes of each tensor (as stored) in sorted
   name order.
@@ -31,11 +34,27 @@ the JSON together. Region centres go in as tensors, not JSON lists: they are
 (n_regions, n_features) float32, exact and compact that way, and checked by
 the digest like the weights.
 
+What loading gives is what was saved
+------------------------------------
+A module's ``state_dict`` is not all it computes with: a non-persistent
+buffer, an attribute changed after construction or a hook changes its
+outputs too, and the file cannot hold them. So saving first builds the
+estimator from the document and tensors it is about to write, by the code
+loading runs, and refuses (writing nothing) when that estimator's module or
+fitted sigma function does not have the saved one's fingerprint, naming the
+state that differs; it refuses likewise parameters the estimator class
+cannot be built with (an attribute set on an estimator is a parameter for
+skorch). Loading compares the fingerprints again, and refuses a module (or
+sigma function) that computes with other state than the saved one: its
+class's code changed since, or the module passed to load is another. The
+fingerprints hold no code: an edit of ``forward`` alone goes unnoticed.
+
 Format versions
 ---------------
-Version 2 (:data:`FORMAT_VERSION`) added ``sigma_search_``: the fitted
-certified sigma function (:class:`~smoothsk.sigma.BaseCertifiedSigma`) that
-certificates of ``G`` need, e.g. the trained selector module of
+Version 3 (:data:`FORMAT_VERSION`) added ``fingerprints``. Version 2 added
+``sigma_search_``: the fitted certified sigma function
+(:class:`~smoothsk.sigma.BaseCertifiedSigma`) that certificates of ``G``
+need, e.g. the trained selector module of
 :class:`~smoothsk.sigma.CertifiedSigmaSelector` or the training inputs of
 :class:`~smoothsk.sigma.SemiElasticSigma`'s nearest-neighbour rule. A class
 saves it when it provides ``fitted_arrays()`` (its state as named tensors)
@@ -43,8 +62,9 @@ and ``restore_fitted(estimator, arrays, source)`` (which checks them and
 rebuilds what derives from them: a module from the saved parameters, a
 neighbour index); saving refuses any other fitted sigma function rather
 than write a file whose loaded estimator could not certify. Version 1 is
-version 2 without ``sigma_search_``; both are read (:data:`READ_VERSIONS`),
-any other version is refused.
+version 2 without ``sigma_search_``, version 2 is version 3 without
+``fingerprints`` (loading checks none then); all three are read
+(:data:`READ_VERSIONS`), any other version is refused.
 
 Parameters in JSON
 ------------------
@@ -82,6 +102,7 @@ Loading is safe against code execution whatever the file holds; whether its
 weights and parameters deserve trust is the user's call.
 """
 
+import copy
 import hashlib
 import json
 import os
@@ -100,15 +121,16 @@ from skorch.history import History
 from torch.utils.data import DataLoader
 
 from . import models, regions, sampling, sigma, training
+from ._digest import module_fingerprint, module_state, value_digest
 from .regions import RegionStore
 from .regions._store import UNRECORDED
 
 __all__ = ["FORMAT_VERSION", "READ_VERSIONS", "load_estimator", "save_estimator"]
 
 #: Version of the file layout that saving writes.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: Versions loading reads (see "Format versions"); it refuses any other.
-READ_VERSIONS = (1, 2)
+READ_VERSIONS = (1, 2, 3)
 #: Header entries holding the JSON document and its digest.
 DOCUMENT_KEY = "smoothsk"
 DIGEST_KEY = "smoothsk_sha256"
@@ -117,6 +139,7 @@ _MODULE_PREFIX = "module_."
 _REGIONS_PREFIX = "regions_."
 _SIGMA_FUNCTION_PREFIX = "sigma_search_."
 _TRAIN_SIGMAS = "train_sigmas_"
+_ABSENT = object()  # an attribute one of two compared objects lacks
 _ALLOWED = ("smoothsk's public classes, torch.nn losses, torch.optim optimizers, "
             "torch.utils.data.DataLoader and skorch.dataset.Dataset")
 
@@ -191,21 +214,26 @@ def _plain(value, where):
     return _refuse(where, value, "JSON data (None, bool, numbers, strings, lists, dicts with string keys)")
 
 
-def _encode(value, where):
-    """JSON form of the parameter value ``value`` (see the module docstring); ``where`` names it."""
+def _encode(value, where, named):
+    """JSON form of the parameter value ``value`` (see the module docstring); ``where`` names it.
+
+    Every class it writes goes into the dict ``named`` (dotted name -> class).
+    """
     if value is None or isinstance(value, (bool, str, np.bool_, Integral, Real)):
         return _plain(value, where)
     if isinstance(value, list):
-        return [_encode(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return [_encode(item, f"{where}[{i}]", named) for i, item in enumerate(value)]
     if isinstance(value, tuple):
-        return {"tuple": [_encode(item, f"{where}[{i}]") for i, item in enumerate(value)]}
+        return {"tuple": [_encode(item, f"{where}[{i}]", named) for i, item in enumerate(value)]}
     if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return {"dict": {key: _encode(item, f"{where}[{key!r}]") for key, item in value.items()}}
+        return {"dict": {key: _encode(item, f"{where}[{key!r}]", named) for key, item in value.items()}}
     if isinstance(value, type):
+        named[class_name(value, where)] = value
         return {"type": class_name(value, where)}
     if hasattr(value, "get_params") and not isinstance(value, torch.nn.Module):
+        named[class_name(type(value), where)] = type(value)
         return {"class": class_name(type(value), where),
-                "params": {key: _encode(item, f"{where}.{key}")
+                "params": {key: _encode(item, f"{where}.{key}", named)
                            for key, item in value.get_params(deep=False).items()}}
     return _refuse(where, value, "None, bool, numbers, strings, lists, tuples, dicts with string keys, "
                                  "classes and scikit-learn-style components (objects with get_params)")
@@ -281,8 +309,8 @@ def _fitted_tensors(estimator):
     return tensors
 
 
-def _encode_sigma_function(estimator):
-    """JSON form of the fitted certified sigma function (class and parameters), or None."""
+def _encode_sigma_function(estimator, named):
+    """JSON form of the fitted certified sigma function (class and parameters), or None; classes into ``named``."""
     sigma_function = getattr(estimator, "sigma_search_", None)
     if sigma_function is None:
         return None
@@ -294,7 +322,7 @@ def _encode_sigma_function(estimator):
             "fitted state of a certified sigma function only when its class provides fitted_arrays() and "
             "restore_fitted(estimator, arrays, source). Use joblib.dump (joblib.load runs code: load only "
             "files you trust), or refit after loading.")
-    return _encode(sigma_function, "sigma_search_")
+    return _encode(sigma_function, "sigma_search_", named)
 
 
 # ------------------------------------------------------------------------ save
@@ -316,12 +344,15 @@ def save_estimator(estimator, path):
     ------
     ValueError
         If a parameter (or a component's parameter, or a history entry) is
-        not one the format holds; the message names it.
+        not one the format holds, if the estimator class takes no such
+        parameter, or if the module (or the fitted sigma function) holds
+        state the file cannot hold; the message names it.
     """
     from . import __version__
 
     estimator.check_is_fitted()
-    sigma_function = _encode_sigma_function(estimator)
+    named = {}
+    sigma_function = _encode_sigma_function(estimator, named)
     path = Path(path)
     params = estimator.get_params(deep=False)
     if params.pop("callbacks", None) is not None:
@@ -330,8 +361,8 @@ def save_estimator(estimator, path):
                       UserWarning, stacklevel=3)
     module = params.pop("module")
     encoded = {"module": ({"instance": class_name(type(module), "module")} if isinstance(module, torch.nn.Module)
-                          else _encode(module, "module"))}
-    encoded.update((name, _encode(value, name)) for name, value in params.items())
+                          else _encode(module, "module", named))}
+    encoded.update((name, _encode(value, name, named)) for name, value in params.items())
     tensors = _fitted_tensors(estimator)
     _, region_attributes = estimator.regions_.to_arrays()
     document = {
@@ -345,7 +376,9 @@ def save_estimator(estimator, path):
         "history": _plain(list(estimator.history), "history"),
         "sigma_search_": sigma_function,
         "tensors": {name: _tensor_spec(tensor) for name, tensor in tensors.items()},
+        "fingerprints": _fingerprints(estimator),
     }
+    _check_rebuilt(estimator, document, tensors, f"Cannot save {path}", module, named)
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     temporary = path.with_name(path.name + ".tmp")
     try:
@@ -353,6 +386,62 @@ def save_estimator(estimator, path):
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _fingerprints(estimator):
+    """Digests of everything the module and the fitted sigma function compute with (see :mod:`smoothsk._digest`)."""
+    sigma_function = getattr(estimator, "sigma_search_", None)
+    return {"module_": module_fingerprint(estimator.module_),
+            "sigma_search_": None if sigma_function is None else value_digest(sigma_function)}
+
+
+def _differences(live, rebuilt, name=""):
+    """Dotted names of the smallest parts of ``live``'s state that ``rebuilt`` does not equal, for messages.
+
+    Walks objects' attributes (a module's :func:`~smoothsk._digest.module_state`,
+    its parameters, buffers and children named by their own names) and
+    dicts' entries; parts are compared by :func:`~smoothsk._digest.value_digest`.
+    """
+    if value_digest(live) == value_digest(rebuilt):
+        return []
+    if type(live) is type(rebuilt) and isinstance(live, (dict, torch.nn.Module, sigma.BaseSigmaSearch)):
+        is_module = isinstance(live, torch.nn.Module)
+        if not isinstance(live, dict):
+            live, rebuilt = (module_state(live), module_state(rebuilt)) if is_module else (vars(live), vars(rebuilt))
+        parts = []
+        for key in dict.fromkeys([*live, *rebuilt]):
+            inner = name if is_module and key in ("_parameters", "_buffers", "_modules") else (
+                f"{name}.{key}" if name else str(key))
+            parts += _differences(live.get(key, _ABSENT), rebuilt.get(key, _ABSENT), inner)
+        return parts or [name]
+    return [name]
+
+
+def _check_rebuilt(estimator, document, tensors, source, module, named):
+    """Refuse to save a file whose loaded estimator would not be ``estimator``.
+
+    Builds the estimator from ``document`` and ``tensors`` as
+    :func:`load_estimator` will (``module``, the ``module`` parameter, is
+    passed again as a copy when it is an instance; ``named`` holds the
+    classes the document names) and compares its module and fitted sigma
+    function with ``estimator``'s by :func:`_fingerprints`.
+    """
+    random_state = np.random.get_state()  # building draws initial weights from it when random_state is None
+    try:
+        rebuilt = _rebuild(type(estimator), document, tensors, source,
+                           copy.deepcopy(module) if isinstance(module, torch.nn.Module) else None,
+                           _allowed_classes(named.values()))
+    finally:
+        np.random.set_state(random_state)
+    for what, fingerprint in _fingerprints(rebuilt).items():
+        if fingerprint != document["fingerprints"][what]:
+            parts = [part for part in _differences(getattr(estimator, what), getattr(rebuilt, what)) if part]
+            raise ValueError(
+                f"{source}: {what} holds state that the file cannot hold, so the loaded estimator would be "
+                f"another classifier: {', '.join(parts) or 'its state'} differs in the {what} rebuilt from the "
+                "saved parameters and tensors. In a module, that is state outside its state_dict (a non-persistent "
+                "buffer, or an attribute changed after construction): register it as a parameter or a persistent "
+                "buffer, or set it from a constructor argument (module__<name>=...).")
 
 
 # ------------------------------------------------------------------------ load
@@ -381,6 +470,8 @@ def _read(path):
                          f"{document.get('library_version')!r} wrote it.")
     if version == 1 and "sigma_search_" in document:
         raise ValueError(f"{path}: format version 1 has no sigma_search_ entry, but the document holds one.")
+    if version < 3 and "fingerprints" in document:
+        raise ValueError(f"{path}: format version {version} has no fingerprints entry, but the document holds one.")
     manifest = document.get("tensors")
     if not isinstance(manifest, dict):
         raise ValueError(f"{path}: the document has no tensor manifest.")
@@ -544,13 +635,29 @@ def load_estimator(cls, path, module=None, allowed_classes=()):
     ValueError
         Naming the file and the problem: not a smoothsk file, an unknown
         format version, missing, extra or reshaped tensors, content that does
-        not match its digest, a class not on the allow-list, malformed values.
+        not match its digest, a class not on the allow-list, malformed values,
+        parameters the estimator class does not take, a module or sigma
+        function whose fingerprint is not the saved one (format 3).
     """
     if module is not None and not (isinstance(module, torch.nn.Module) or
                                    (isinstance(module, type) and issubclass(module, torch.nn.Module))):
         raise TypeError(f"module must be a torch.nn.Module class or instance, or None; got {module!r}.")
     source = str(path)
     document, tensors = _read(Path(path))
+    estimator = _rebuild(cls, document, tensors, source, module, _allowed_classes(list(allowed_classes)))
+    if document["format_version"] >= 3:  # earlier files did not record fingerprints
+        _check_fingerprints(estimator, document.get("fingerprints"), source)
+    return estimator
+
+
+def _rebuild(cls, document, tensors, source, module, classes):
+    """The estimator that a checked document and its tensors describe: what loading returns.
+
+    Saving builds it too (:func:`_check_rebuilt`), so that a file is written
+    only when what loading it will give is the estimator saved. ``source``
+    starts every error message; ``classes`` maps the names the document may
+    use to classes.
+    """
     if document.get("estimator") != class_name(cls, "the estimator"):
         raise ValueError(f"{source}: the file holds a {document.get('estimator')!r}, not a {class_name(cls)!r}.")
     unknown = sorted(name for name in tensors
@@ -558,19 +665,21 @@ def load_estimator(cls, path, module=None, allowed_classes=()):
                      and name != _TRAIN_SIGMAS)
     if unknown:
         raise ValueError(f"{source}: the file holds tensors {unknown} that no fitted attribute uses.")
-    classes = _allowed_classes(list(allowed_classes))
     params = _decode_params(document, classes, module, source)
     history = document.get("history")
     if not (isinstance(history, list) and all(isinstance(row, dict) for row in history)):
         raise ValueError(f"{source}: history must be a list of epoch records (JSON objects).")
+    classes_ = _decode_classes(document.get("classes_"), source)
+    input_shape = _decode_shape(document.get("input_shape_"), source)
     try:
         estimator = cls(**params)
-    except TypeError as exc:
-        raise ValueError(f"{source}: cannot rebuild the estimator from the saved parameters: {exc}") from exc
-    estimator.classes_ = _decode_classes(document.get("classes_"), source)
-    estimator.input_shape_ = _decode_shape(document.get("input_shape_"), source)
-    estimator.n_features_in_ = int(np.prod(estimator.input_shape_))
-    estimator.initialize()
+        estimator.classes_, estimator.input_shape_ = classes_, input_shape
+        estimator.n_features_in_ = int(np.prod(input_shape))
+        estimator.initialize()  # skorch refuses parameters its class does not take here, with a ValueError
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{source}: cannot rebuild the estimator from the saved parameters: {exc} (skorch "
+                         "counts any attribute set on an estimator, estimator.name = value, among its "
+                         "parameters: delete such an attribute before saving.)") from exc
     load_module_state(estimator.module_, _prefixed(tensors, _MODULE_PREFIX), source)
     if _TRAIN_SIGMAS in tensors:
         train_sigmas = tensors[_TRAIN_SIGMAS].numpy()
@@ -583,6 +692,22 @@ def load_estimator(cls, path, module=None, allowed_classes=()):
     _decode_sigma_function(estimator, document.get("sigma_search_"), _prefixed(tensors, _SIGMA_FUNCTION_PREFIX),
                            classes, source)
     return estimator
+
+
+def _check_fingerprints(estimator, saved, source):
+    """Refuse a loaded module or sigma function whose fingerprint is not the one saved with it."""
+    if not (isinstance(saved, dict) and set(saved) == {"module_", "sigma_search_"}):
+        raise ValueError(f"{source}: fingerprints must be a JSON object with the keys 'module_' and "
+                         f"'sigma_search_'; got {saved!r}.")
+    for what, fingerprint in _fingerprints(estimator).items():
+        if fingerprint != saved[what]:
+            raise ValueError(
+                f"{source}: the {what} built from the saved parameters and tensors is not the one that was "
+                "saved: it computes with other state outside the tensors (a non-persistent buffer, an attribute "
+                "set in __init__, a hook, the order of its submodules), so it would be another classifier. The "
+                "code of its class changed since the file was saved, or the class now lives in another module "
+                "(the fingerprint names each class by module and name), or the module passed to load is not the "
+                "saved one: load with the code (and module) the file was saved with.")
 
 
 def _decode_sigma_function(estimator, saved, arrays, classes, source):

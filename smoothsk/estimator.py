@@ -762,10 +762,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         allocated regions and a fitted certified sigma function
         (``sigma_search_`` of a ``CertifiedSigmaSelector``: levels and
         selector weights; of a ``SemiElasticSigma``: training inputs and
-        offset; format version 2) as tensors, and as JSON the parameters
-        (components by class name and parameters), ``classes_`` with its
-        dtype, ``input_shape_``, the history, the format version and a
-        SHA-256 digest of it all. Not saved: the optimizer's state
+        offset; since format version 2) as tensors, and as JSON the
+        parameters (components by class name and parameters), ``classes_``
+        with its dtype, ``input_shape_``, the history, fingerprints of the
+        module and sigma function (since format version 3), the format
+        version and a SHA-256 digest of it all. Not saved: the optimizer's state
         (``partial_fit`` after :meth:`load` starts a fresh optimizer) and
         ``callbacks`` (objects that hold functions; set them again after
         loading). The format is described in ``smoothsk._persistence``.
@@ -779,8 +780,12 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         ------
         ValueError
             If a parameter is not JSON data, a class or a scikit-learn-style
-            component (a function, a ``RandomState``, ...): the message names
-            it, and no file is written.
+            component (a function, a ``RandomState``, ...), or not one the
+            class takes (an attribute set on the estimator), or if the module
+            (or fitted sigma function) computes with state the file cannot
+            hold (a non-persistent buffer, an attribute changed after
+            construction): the estimator that loading would build is compared
+            with this one first. The message names it, and no file is written.
         """
         save_estimator(self, path)
 
@@ -819,7 +824,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         ValueError
             Naming the file and what is wrong: not a smoothsk model, an
             unknown format version, missing or reshaped tensors, content that
-            does not match its digest, a class not on the allow-list.
+            does not match its digest, a class not on the allow-list, a module
+            that computes with other state than the saved one (its class's
+            code changed since saving).
         """
         return load_estimator(cls, path, module=module, allowed_classes=allowed_classes)
 

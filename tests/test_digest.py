@@ -44,3 +44,27 @@ def test_sparse_tensors_are_digested_by_their_values():
     dense = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
     assert value_digest(dense.to_sparse()) == value_digest(dense.clone().to_sparse())
     assert value_digest(dense.to_sparse()) != value_digest((2 * dense).to_sparse())
+
+
+def spectral_twins(spectral_norm):
+    """Two linear layers under ``spectral_norm``, built alike and holding the same state."""
+    first, second = spectral_norm(torch.nn.Linear(3, 2)), spectral_norm(torch.nn.Linear(3, 2))
+    second.load_state_dict(first.state_dict())
+    return first, second
+
+
+def test_hooks_count_by_their_order_not_their_handle_ids():
+    """Hook handle ids come from a global counter: two modules built alike hold equal hooks under other ids."""
+    first, second = spectral_twins(torch.nn.utils.spectral_norm)
+    assert module_fingerprint(first) == module_fingerprint(second)
+    second.register_forward_hook(lambda module, inputs, output: output)
+    assert module_fingerprint(first) != module_fingerprint(second)
+
+
+def test_parametrized_modules_are_digested():
+    """A parametrized module refuses pickling (its __getstate__ raises); its state is digested all the same."""
+    first, second = spectral_twins(torch.nn.utils.parametrizations.spectral_norm)
+    assert module_fingerprint(first) == module_fingerprint(second)
+    with torch.no_grad():
+        second.parametrizations.weight.original.mul_(2)
+    assert module_fingerprint(first) != module_fingerprint(second)

@@ -16,6 +16,8 @@ from skorch.exceptions import DeviceWarning
 from sklearn.exceptions import NotFittedError
 from torch import nn
 
+from conftest import LinearLogits
+
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import make_heterogeneous_margins
 from smoothsk.models import DigitsCNN, FlatMLP
@@ -33,6 +35,38 @@ class TinyNet(nn.Module):
     def __init__(self, n_classes=10):
         super().__init__()
         self.linear = nn.Linear(64, n_classes)
+
+    def forward(self, x):
+        return self.linear(x.flatten(1))
+
+
+class ShiftedNet(nn.Module):
+    """A module that computes with state outside its ``state_dict``: a non-persistent buffer and an attribute."""
+
+    initial_shift = 0.0  # what a code edit between saving and loading changes
+
+    def __init__(self, n_classes=2):
+        super().__init__()
+        self.linear = nn.LazyLinear(n_classes)
+        self.register_buffer("shift", torch.full((1,), self.initial_shift), persistent=False)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.linear(self.scale * (x.flatten(1) - self.shift))
+
+
+def negate(module, inputs, output):
+    """A forward hook: the module's logits negated."""
+    return -output
+
+
+class NormalisedNet(nn.Module):
+    """A linear layer under spectral normalisation (a parametrization), its logits negated by a forward hook."""
+
+    def __init__(self, n_classes=2):
+        super().__init__()
+        self.linear = nn.utils.parametrizations.spectral_norm(nn.Linear(2, n_classes))
+        self.register_forward_hook(negate)
 
     def forward(self, x):
         return self.linear(x.flatten(1))
@@ -61,6 +95,14 @@ def write_file(path, document, tensors, digest=None):
             sha.update(np.ascontiguousarray(tensors[name]).tobytes())
         digest = sha.hexdigest()
     save_file(tensors, path, metadata={"smoothsk": text, "smoothsk_sha256": digest})
+
+
+def fit_two_features(module=ShiftedNet, **params):
+    """A fitted estimator around ``module``, and the 20 two-feature inputs it was fitted on."""
+    X = np.linspace(-1, 1, 40, dtype=np.float32).reshape(20, 2)
+    clf = SampleWiseSmoothedClassifier(module, max_epochs=1, lr=0.1, sampler=FixedSampler(n=100, n0=10),
+                                       random_state=0, **params).fit(X, np.arange(20) % 2)
+    return clf, X
 
 
 def certify_exactly(clf, X):
@@ -147,6 +189,12 @@ class TestRoundTrip:
         np.testing.assert_array_equal(loaded.classes_, clf.classes_, strict=True)
         np.testing.assert_array_equal(loaded.predict(X[:5]), clf.predict(X[:5]), strict=True)
 
+    def test_parametrized_module_with_a_hook_round_trip(self, tmp_path):
+        """Its parametrization and its hook (registered under another handle id when rebuilt) are the saved ones."""
+        clf, X = fit_two_features(NormalisedNet)
+        clf.save(tmp_path / "model.safetensors")
+        assert_same_certificates(clf, load(tmp_path / "model.safetensors", module=NormalisedNet), X)
+
     @pytest.mark.skipif(torch.cuda.is_available(), reason="tests the fallback where CUDA is missing")
     def test_saved_on_cuda_loads_on_cpu(self, fitted_digits_cnn, saved_cnn, digits_split, tmp_path):
         """Tensors are always stored from the CPU; a file saved with device='cuda' loads with device='cpu'."""
@@ -174,6 +222,37 @@ class TestSaveRefuses:
         with pytest.raises(ValueError, match=rf"Cannot save parameter {named}\b"):
             clf.save(tmp_path / "model.safetensors")
         assert os.listdir(tmp_path) == []  # nothing written, not even a temporary file
+
+    @pytest.mark.parametrize(("edit", "named"), [
+        (lambda module: module.shift.fill_(0.7), "shift"), (lambda module: setattr(module, "scale", 2.0), "scale")],
+        ids=["non-persistent buffer", "attribute"])
+    def test_module_state_outside_the_state_dict_is_refused_naming_it(self, edit, named, tmp_path):
+        """The file holds the state_dict only: a module computing with more would load as another classifier."""
+        clf, _ = fit_two_features()
+        edit(clf.module_)
+        with pytest.raises(ValueError, match=rf"Cannot save .*model\.safetensors: module_ holds state that the file "
+                                             rf"cannot hold.*: {named} differs.*state outside its state_dict \(a "
+                                             r"non-persistent buffer, or an attribute changed after construction\)"):
+            clf.save(tmp_path / "model.safetensors")
+        assert os.listdir(tmp_path) == []
+
+    def test_selector_state_outside_its_state_dict_is_refused_naming_it(self, make_linear_classifier, tmp_path):
+        clf = make_linear_classifier([1.0, -1.0], sigma_search=CertifiedSigmaSelector(
+            levels=(0.25, 0.5), selector=ShiftedNet, n=50, n0=10))
+        clf.sigma_search_.selector_module_.shift.fill_(0.7)
+        with pytest.raises(ValueError, match=r"Cannot save .*: sigma_search_ holds state that the file cannot hold"
+                                             r".*: selector_module_\.shift differs"):
+            clf.save(tmp_path / "model.safetensors")
+        assert os.listdir(tmp_path) == []
+
+    def test_attribute_set_on_the_estimator_is_refused_naming_it(self, make_linear_classifier, tmp_path):
+        """skorch lists it among the parameters, which the class cannot be rebuilt with: refused, not saved."""
+        clf = make_linear_classifier([1.0, -1.0])
+        clf.threshold = 0.3
+        with pytest.raises(ValueError, match=r"Cannot save .*model\.safetensors: cannot rebuild the estimator from "
+                                             r"the saved parameters: .*\bthreshold\b"):
+            clf.save(tmp_path / "model.safetensors")
+        assert os.listdir(tmp_path) == []
 
     def test_unfitted(self, tmp_path):
         with pytest.raises(NotFittedError, match="SampleWiseSmoothedClassifier instance is not fitted"):
@@ -208,13 +287,13 @@ class TestLoadRefuses:
         with pytest.raises(ValueError, match=r"edited\.safetensors: the content does not match its SHA-256 digest"):
             load(tmp_path / "edited.safetensors")
 
-    @pytest.mark.parametrize("version", [0, 3, "2", 2.0])
+    @pytest.mark.parametrize("version", [0, 4, "3", 3.0])
     def test_unknown_format_version(self, version, saved_cnn, tmp_path):
         _, document, tensors = read_file(saved_cnn)
         document["format_version"] = version
         write_file(tmp_path / "other.safetensors", document, tensors)
         with pytest.raises(ValueError, match=rf"other\.safetensors: format version {version!r} is not one this "
-                                             r"smoothsk reads \(1, 2\)"):
+                                             r"smoothsk reads \(1, 2, 3\)"):
             load(tmp_path / "other.safetensors")
 
     @pytest.mark.parametrize(("forge", "message"), [
@@ -285,6 +364,25 @@ class TestLoadRefuses:
         loaded = load(tmp_path / "model.safetensors", module=TinyNet())
         assert_same_certificates(clf, loaded, X[1000:1010])
 
+    def test_parameter_the_estimator_does_not_take_names_the_file(self, make_linear_classifier, tmp_path):
+        make_linear_classifier([1.0, -1.0]).save(tmp_path / "model.safetensors")
+        _, document, tensors = read_file(tmp_path / "model.safetensors")
+        document["params"]["threshold"] = 0.3
+        write_file(tmp_path / "forged.safetensors", document, tensors)
+        with pytest.raises(ValueError, match=r"forged\.safetensors: cannot rebuild the estimator from the saved "
+                                             r"parameters: .*\bthreshold\b"):
+            load(tmp_path / "forged.safetensors", module=LinearLogits)
+
+    def test_module_whose_code_changed_since_saving_is_refused(self, tmp_path, monkeypatch):
+        """Same class name and weights, but it now computes otherwise: not the classifier that was saved."""
+        clf, X = fit_two_features()
+        clf.save(tmp_path / "model.safetensors")
+        assert_same_certificates(clf, load(tmp_path / "model.safetensors", module=ShiftedNet), X[:5])
+        monkeypatch.setattr(ShiftedNet, "initial_shift", 0.7)
+        with pytest.raises(ValueError, match=r"model\.safetensors: the module_ built from the saved parameters and "
+                                             r"tensors is not the one that was saved"):
+            load(tmp_path / "model.safetensors", module=ShiftedNet)
+
     def test_files_that_are_not_smoothsk_models(self, tmp_path):
         (tmp_path / "garbage.bin").write_bytes(b"not a model at all, just some bytes")
         with pytest.raises(ValueError, match=r"garbage\.bin: not a readable safetensors file"):
@@ -296,25 +394,39 @@ class TestLoadRefuses:
 
 # --------------------------------------------------- format versions and sigma functions
 
-def as_version_1(document):
-    """The version-1 form of a version-2 document without a sigma function: no ``sigma_search_`` entry."""
-    assert document["format_version"] == 2 and document["sigma_search_"] is None
-    return {**{key: value for key, value in document.items() if key != "sigma_search_"}, "format_version": 1}
+def as_version(document, version):
+    """The form of a version-3 document without a sigma function in an older format ``version``.
+
+    Version 2 has no ``fingerprints`` entry; version 1 no ``sigma_search_`` entry either.
+    """
+    assert document["format_version"] == 3 and document["sigma_search_"] is None
+    dropped = {"fingerprints"} | ({"sigma_search_"} if version == 1 else set())
+    return {**{key: value for key, value in document.items() if key not in dropped}, "format_version": version}
 
 
 class TestFormatVersions:
-    def test_version_1_files_are_read(self, fitted_digits_cnn, saved_cnn, digits_split, tmp_path):
+    @pytest.mark.parametrize("version", [1, 2])
+    def test_older_files_are_read(self, version, fitted_digits_cnn, saved_cnn, digits_split, tmp_path):
         _, document, tensors = read_file(saved_cnn)
-        write_file(tmp_path / "v1.safetensors", as_version_1(document), tensors)
-        loaded = load(tmp_path / "v1.safetensors")
+        write_file(tmp_path / "old.safetensors", as_version(document, version), tensors)
+        loaded = load(tmp_path / "old.safetensors")
         assert getattr(loaded, "sigma_search_", None) is None
         assert_same_certificates(fitted_digits_cnn, loaded, digits_split[2][:10])
 
-    def test_version_1_cannot_hold_a_sigma_function(self, saved_cnn, tmp_path):
+    @pytest.mark.parametrize(("version", "entry"), [(1, "sigma_search_"), (2, "fingerprints")])
+    def test_older_versions_cannot_hold_later_entries(self, version, entry, saved_cnn, tmp_path):
         _, document, tensors = read_file(saved_cnn)
-        write_file(tmp_path / "v1.safetensors", {**as_version_1(document), "sigma_search_": None}, tensors)
-        with pytest.raises(ValueError, match=r"v1\.safetensors: format version 1 has no sigma_search_ entry"):
-            load(tmp_path / "v1.safetensors")
+        write_file(tmp_path / "old.safetensors", {**as_version(document, version), entry: document[entry]}, tensors)
+        with pytest.raises(ValueError, match=rf"old\.safetensors: format version {version} has no {entry} entry"):
+            load(tmp_path / "old.safetensors")
+
+    def test_version_3_needs_its_fingerprints(self, saved_cnn, tmp_path):
+        _, document, tensors = read_file(saved_cnn)
+        del document["fingerprints"]
+        write_file(tmp_path / "forged.safetensors", document, tensors)
+        with pytest.raises(ValueError, match=r"forged\.safetensors: fingerprints must be a JSON object with the "
+                                             r"keys 'module_' and 'sigma_search_'; got None"):
+            load(tmp_path / "forged.safetensors")
 
 
 @pytest.fixture(scope="module")
