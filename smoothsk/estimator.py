@@ -826,7 +826,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             unknown format version, missing or reshaped tensors, content that
             does not match its digest, a class not on the allow-list, a module
             that computes with other state than the saved one (its class's
-            code changed since saving).
+            code changed since saving, or the class now lives in another
+            module: classes are named by module and name, so a class defined
+            in a script, ``__main__``, loads where a script defines it too).
         """
         return load_estimator(cls, path, module=module, allowed_classes=allowed_classes)
 
