@@ -416,7 +416,7 @@ def resolve_settings(args):
 
 
 def check_settings(settings):
-    """Refuse a count below one, naming its option (before any work).
+    """Refuse a count below one, an alpha outside (0, 1) or a negative seed, naming its option (before any work).
 
     Parameters
     ----------
@@ -432,6 +432,10 @@ def check_settings(settings):
         value = settings[key]
         if value is not None and value < 1:
             raise ValueError(f"--{key.replace('_', '-')} must be an int >= 1; got {value}.")
+    if not 0 < settings["alpha"] < 1:
+        raise ValueError(f"--alpha must be in (0, 1); got {settings['alpha']}.")
+    if settings["seed"] < 0:
+        raise ValueError(f"--seed must be an int >= 0; got {settings['seed']}.")
 
 
 def output_folder(out):

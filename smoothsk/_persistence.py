@@ -19,10 +19,7 @@ which joblib uses). A saved estimator is one such file:
   certified in, was saved before stores recorded it: its regions are
   refused until ``reset_regions()``), skorch's ``history``, the fitted
   certified sigma function's class and parameters (``sigma_search_``, or
-  null), a manifest of every tensor's dtype and shape, and ``fingerprints``:
-  the :func:`~smoothsk._digest.module_fingerprint` of the module and the
-  :func:`~smoothsk._digest.value_digest` of the fitted sigma function (or
-  null), which cover what they compute with beyond the tensors;
+  null), and a manifest of every tensor's dtype and shape;
 - header entry ``smoothsk_sha256``: the hex SHA-256 of the JSON document's
   UTF-8 bytes followed by the raw bytes of each tensor (as stored) in sorted
   name order.
@@ -37,22 +34,23 @@ the digest like the weights.
 What loading gives is what was saved
 ------------------------------------
 A module's ``state_dict`` is not all it computes with: a non-persistent
-buffer, an attribute changed after construction or a hook changes its
-outputs too, and the file cannot hold them. So saving first builds the
-estimator from the document and tensors it is about to write, by the code
-loading runs, and refuses (writing nothing) when that estimator's module or
-fitted sigma function does not have the saved one's fingerprint, naming the
-state that differs; it refuses likewise parameters the estimator class
-cannot be built with (an attribute set on an estimator is a parameter for
-skorch). Loading compares the fingerprints again, and refuses a module (or
-sigma function) that computes with other state than the saved one: its
-class's code changed since, or the module passed to load is another. The
-fingerprints hold no code: an edit of ``forward`` alone goes unnoticed.
+buffer, an attribute changed after construction or a hook added to it
+changes its outputs too, and the file cannot hold them. So saving first
+builds the estimator from the document and tensors it is about to write, by
+the code loading runs, and refuses (writing nothing) when that estimator's
+module or fitted sigma function holds other data than the saved one (see
+:func:`_held_state`: tensors, data attributes, the hooks by name), naming
+what differs; it refuses likewise parameters the estimator class cannot be
+built with (an attribute set on an estimator is a parameter for skorch).
+The comparison runs in the saving process, with the code and library
+versions of that moment: the file holds no code, so loading with edited
+module code, or a module instance passed to ``load`` (which saving can
+only compare with a copy of itself), is the loader's responsibility.
 
 Format versions
 ---------------
-Version 3 (:data:`FORMAT_VERSION`) added ``fingerprints``. Version 2 added
-``sigma_search_``: the fitted certified sigma function
+Version 2 (:data:`FORMAT_VERSION`) added ``sigma_search_``: the fitted
+certified sigma function
 (:class:`~smoothsk.sigma.BaseCertifiedSigma`) that certificates of ``G``
 need, e.g. the trained selector module of
 :class:`~smoothsk.sigma.CertifiedSigmaSelector` or the training inputs of
@@ -62,9 +60,8 @@ and ``restore_fitted(estimator, arrays, source)`` (which checks them and
 rebuilds what derives from them: a module from the saved parameters, a
 neighbour index); saving refuses any other fitted sigma function rather
 than write a file whose loaded estimator could not certify. Version 1 is
-version 2 without ``sigma_search_``, version 2 is version 3 without
-``fingerprints`` (loading checks none then); all three are read
-(:data:`READ_VERSIONS`), any other version is refused.
+version 2 without ``sigma_search_``; both are read (:data:`READ_VERSIONS`),
+any other version is refused.
 
 Parameters in JSON
 ------------------
@@ -121,16 +118,16 @@ from skorch.history import History
 from torch.utils.data import DataLoader
 
 from . import models, regions, sampling, sigma, training
-from ._digest import module_fingerprint, module_state, value_digest
+from ._digest import value_digest
 from .regions import RegionStore
 from .regions._store import UNRECORDED
 
 __all__ = ["FORMAT_VERSION", "READ_VERSIONS", "load_estimator", "save_estimator"]
 
 #: Version of the file layout that saving writes.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 2
 #: Versions loading reads (see "Format versions"); it refuses any other.
-READ_VERSIONS = (1, 2, 3)
+READ_VERSIONS = (1, 2)
 #: Header entries holding the JSON document and its digest.
 DOCUMENT_KEY = "smoothsk"
 DIGEST_KEY = "smoothsk_sha256"
@@ -376,7 +373,6 @@ def save_estimator(estimator, path):
         "history": _plain(list(estimator.history), "history"),
         "sigma_search_": sigma_function,
         "tensors": {name: _tensor_spec(tensor) for name, tensor in tensors.items()},
-        "fingerprints": _fingerprints(estimator),
     }
     _check_rebuilt(estimator, document, tensors, f"Cannot save {path}", module, named)
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -388,33 +384,71 @@ def save_estimator(estimator, path):
         temporary.unlink(missing_ok=True)
 
 
-def _fingerprints(estimator):
-    """Digests of everything the module and the fitted sigma function compute with (see :mod:`smoothsk._digest`)."""
-    sigma_function = getattr(estimator, "sigma_search_", None)
-    return {"module_": module_fingerprint(estimator.module_),
-            "sigma_search_": None if sigma_function is None else value_digest(sigma_function)}
+#: torch's own bookkeeping attributes of every module (hook tables keyed by global handle ids, flags).
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 
 
-def _differences(live, rebuilt, name=""):
-    """Dotted names of the smallest parts of ``live``'s state that ``rebuilt`` does not equal, for messages.
+def _callable_name(function):
+    """A hook's dotted name (module and qualified name): stable across copies, unlike its repr."""
+    function = getattr(function, "__func__", function)  # a bound method: its function
+    owner = function if hasattr(function, "__qualname__") else type(function)
+    return f"{getattr(owner, '__module__', '?')}.{owner.__qualname__}"
 
-    Walks objects' attributes (a module's :func:`~smoothsk._digest.module_state`,
-    its parameters, buffers and children named by their own names) and
-    dicts' entries; parts are compared by :func:`~smoothsk._digest.value_digest`.
+
+def _is_data(value):
+    """Whether ``value`` is plain data (numbers, strings, tensors, arrays, and containers of them)."""
+    if value is None or isinstance(value, (bool, Integral, Real, str, bytes, torch.Tensor, np.ndarray, np.generic,
+                                           torch.dtype, torch.device)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_data(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, (str, Integral)) and _is_data(item) for key, item in value.items())
+    return False
+
+
+def _held_state(value):
+    """What a module (or sigma function) computes with, as plain data, to compare it with its rebuilt copy.
+
+    For a module, per submodule (dotted names): its class, its parameters and
+    buffers (non-persistent ones too), its data attributes (:func:`_is_data`;
+    other objects, e.g. weak references or functions, are left out) and its
+    hooks by name (:func:`_callable_name`), torch's bookkeeping left out. Two
+    modules built by the same code in one process hold equal states exactly
+    when what they compute with is equal, as far as data shows it. For a sigma
+    function, its attributes, those of its modules replaced by their held
+    state (``selector_module_.shift``, ...).
+
+    Parameters
+    ----------
+    value : torch.nn.Module or BaseSigmaSearch
+
+    Returns
+    -------
+    dict
+        Plain data, compared by :func:`~smoothsk._digest.value_digest`.
     """
-    if value_digest(live) == value_digest(rebuilt):
-        return []
-    if type(live) is type(rebuilt) and isinstance(live, (dict, torch.nn.Module, sigma.BaseSigmaSearch)):
-        is_module = isinstance(live, torch.nn.Module)
-        if not isinstance(live, dict):
-            live, rebuilt = (module_state(live), module_state(rebuilt)) if is_module else (vars(live), vars(rebuilt))
-        parts = []
-        for key in dict.fromkeys([*live, *rebuilt]):
-            inner = name if is_module and key in ("_parameters", "_buffers", "_modules") else (
-                f"{name}.{key}" if name else str(key))
-            parts += _differences(live.get(key, _ABSENT), rebuilt.get(key, _ABSENT), inner)
-        return parts or [name]
-    return [name]
+    if not isinstance(value, torch.nn.Module):
+        state = {}
+        for key, item in vars(value).items():
+            if isinstance(item, torch.nn.Module):
+                state.update((f"{key}.{name}", part) for name, part in _held_state(item).items())
+            else:
+                state[key] = item
+        return state
+    state = {}
+    for name, module in value.named_modules(remove_duplicate=False):
+        prefix = f"{name}." if name else ""
+        state[f"{prefix}<class>"] = _callable_name(type(module))
+        for key, item in vars(module).items():
+            if key in ("_parameters", "_buffers"):
+                state.update((prefix + tensor_name, tensor) for tensor_name, tensor in item.items())
+            elif key.endswith("hooks") and isinstance(item, dict):
+                if item:
+                    state[prefix + key] = [_callable_name(hook) for hook in item.values()]
+            elif key not in _MODULE_INTERNALS and _is_data(item):
+                state[prefix + key] = item
+    return state
 
 
 def _check_rebuilt(estimator, document, tensors, source, module, named):
@@ -423,8 +457,8 @@ def _check_rebuilt(estimator, document, tensors, source, module, named):
     Builds the estimator from ``document`` and ``tensors`` as
     :func:`load_estimator` will (``module``, the ``module`` parameter, is
     passed again as a copy when it is an instance; ``named`` holds the
-    classes the document names) and compares its module and fitted sigma
-    function with ``estimator``'s by :func:`_fingerprints`.
+    classes the document names) and compares the :func:`_held_state` of its
+    module and fitted sigma function with ``estimator``'s.
     """
     random_state = np.random.get_state()  # building draws initial weights from it when random_state is None
     try:
@@ -433,15 +467,19 @@ def _check_rebuilt(estimator, document, tensors, source, module, named):
                            _allowed_classes(named.values()))
     finally:
         np.random.set_state(random_state)
-    for what, fingerprint in _fingerprints(rebuilt).items():
-        if fingerprint != document["fingerprints"][what]:
-            parts = [part for part in _differences(getattr(estimator, what), getattr(rebuilt, what)) if part]
+    for what in ("module_", "sigma_search_"):
+        if getattr(estimator, what, None) is None:
+            continue
+        live, loaded = _held_state(getattr(estimator, what)), _held_state(getattr(rebuilt, what))
+        parts = [key for key in dict.fromkeys([*live, *loaded])
+                 if value_digest(live.get(key, _ABSENT)) != value_digest(loaded.get(key, _ABSENT))]
+        if parts:
             raise ValueError(
                 f"{source}: {what} holds state that the file cannot hold, so the loaded estimator would be "
-                f"another classifier: {', '.join(parts) or 'its state'} differs in the {what} rebuilt from the "
-                "saved parameters and tensors. In a module, that is state outside its state_dict (a non-persistent "
-                "buffer, or an attribute changed after construction): register it as a parameter or a persistent "
-                "buffer, or set it from a constructor argument (module__<name>=...).")
+                f"another classifier: {', '.join(parts)} differs in the {what} rebuilt from the saved parameters "
+                "and tensors. In a module, that is state outside its state_dict (a non-persistent buffer, an "
+                "attribute changed after construction, a hook added to it): register it as a parameter or a "
+                "persistent buffer, or set it from a constructor argument (module__<name>=...).")
 
 
 # ------------------------------------------------------------------------ load
@@ -470,8 +508,6 @@ def _read(path):
                          f"{document.get('library_version')!r} wrote it.")
     if version == 1 and "sigma_search_" in document:
         raise ValueError(f"{path}: format version 1 has no sigma_search_ entry, but the document holds one.")
-    if version < 3 and "fingerprints" in document:
-        raise ValueError(f"{path}: format version {version} has no fingerprints entry, but the document holds one.")
     manifest = document.get("tensors")
     if not isinstance(manifest, dict):
         raise ValueError(f"{path}: the document has no tensor manifest.")
@@ -636,18 +672,14 @@ def load_estimator(cls, path, module=None, allowed_classes=()):
         Naming the file and the problem: not a smoothsk file, an unknown
         format version, missing, extra or reshaped tensors, content that does
         not match its digest, a class not on the allow-list, malformed values,
-        parameters the estimator class does not take, a module or sigma
-        function whose fingerprint is not the saved one (format 3).
+        parameters the estimator class does not take.
     """
     if module is not None and not (isinstance(module, torch.nn.Module) or
                                    (isinstance(module, type) and issubclass(module, torch.nn.Module))):
         raise TypeError(f"module must be a torch.nn.Module class or instance, or None; got {module!r}.")
     source = str(path)
     document, tensors = _read(Path(path))
-    estimator = _rebuild(cls, document, tensors, source, module, _allowed_classes(list(allowed_classes)))
-    if document["format_version"] >= 3:  # earlier files did not record fingerprints
-        _check_fingerprints(estimator, document.get("fingerprints"), source)
-    return estimator
+    return _rebuild(cls, document, tensors, source, module, _allowed_classes(list(allowed_classes)))
 
 
 def _rebuild(cls, document, tensors, source, module, classes):
@@ -692,22 +724,6 @@ def _rebuild(cls, document, tensors, source, module, classes):
     _decode_sigma_function(estimator, document.get("sigma_search_"), _prefixed(tensors, _SIGMA_FUNCTION_PREFIX),
                            classes, source)
     return estimator
-
-
-def _check_fingerprints(estimator, saved, source):
-    """Refuse a loaded module or sigma function whose fingerprint is not the one saved with it."""
-    if not (isinstance(saved, dict) and set(saved) == {"module_", "sigma_search_"}):
-        raise ValueError(f"{source}: fingerprints must be a JSON object with the keys 'module_' and "
-                         f"'sigma_search_'; got {saved!r}.")
-    for what, fingerprint in _fingerprints(estimator).items():
-        if fingerprint != saved[what]:
-            raise ValueError(
-                f"{source}: the {what} built from the saved parameters and tensors is not the one that was "
-                "saved: it computes with other state outside the tensors (a non-persistent buffer, an attribute "
-                "set in __init__, a hook, the order of its submodules), so it would be another classifier. The "
-                "code of its class changed since the file was saved, or the class now lives in another module "
-                "(the fingerprint names each class by module and name), or the module passed to load is not the "
-                "saved one: load with the code (and module) the file was saved with.")
 
 
 def _decode_sigma_function(estimator, saved, arrays, classes, source):

@@ -126,8 +126,34 @@ def check_output(path, option="--out"):
         raise InputFileError(f"{option} {path}: cannot write it, the folder {folder} is not writable.")
 
 
+def check_distinct(files, may_coincide=()):
+    """Refuse two of a command's files that are one file, before any work (writing one would destroy the other).
+
+    Parameters
+    ----------
+    files : list of (str, str or None)
+        ``(role, path)``: the option (``"--out"``) or argument (``"the
+        model"``) and its path; None where not given.
+    may_coincide : tuple of (str, str), default=()
+        Pairs of roles that may name one file (``--save-model`` over the model).
+
+    Raises
+    ------
+    InputFileError
+        Naming both roles.
+    """
+    seen = {}
+    for role, path in files:
+        if path is None:
+            continue
+        first = seen.setdefault(Path(path).resolve(), role)
+        if first != role and (first, role) not in may_coincide:
+            raise InputFileError(f"{role} {path}: the same file as {first}; give another path.")
+
+
 def run_fit(args):
     """``smoothsk fit``: train on an ``.npz`` and write a safe model file."""
+    check_distinct([("the data", args.data), ("--out", args.out)])
     check_output(args.out)
     X, y = read_npz(args.data, require_y=True)
     module = MODULES[args.module]
@@ -205,11 +231,13 @@ def run_certify(args):
     allocator's certificates are about its region classifier, whose regions
     this run extends (without it, a warning says they are not saved).
     """
+    # --save-model may replace the model file (saving is atomic); no other two may coincide.
+    check_distinct([("the model", args.model), ("the data", args.data), ("--out", args.out),
+                    ("--save-model", args.save_model), ("--checkpoint", args.checkpoint)],
+                   may_coincide=(("the model", "--save-model"),))
     check_output(args.out)
     if args.save_model is not None:
         check_output(args.save_model, "--save-model")
-        if Path(args.save_model).resolve() == Path(args.out).resolve():
-            raise InputFileError(f"--save-model {args.save_model}: the same file as --out; give another path.")
     if args.checkpoint is not None:
         check_path(args.checkpoint)
     clf = load_model(args.model)

@@ -764,9 +764,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         selector weights; of a ``SemiElasticSigma``: training inputs and
         offset; since format version 2) as tensors, and as JSON the
         parameters (components by class name and parameters), ``classes_``
-        with its dtype, ``input_shape_``, the history, fingerprints of the
-        module and sigma function (since format version 3), the format
-        version and a SHA-256 digest of it all. Not saved: the optimizer's state
+        with its dtype, ``input_shape_``, the history, the format version
+        and a SHA-256 digest of it all. Not saved: the optimizer's state
         (``partial_fit`` after :meth:`load` starts a fresh optimizer) and
         ``callbacks`` (objects that hold functions; set them again after
         loading). The format is described in ``smoothsk._persistence``.
@@ -784,8 +783,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             class takes (an attribute set on the estimator), or if the module
             (or fitted sigma function) computes with state the file cannot
             hold (a non-persistent buffer, an attribute changed after
-            construction): the estimator that loading would build is compared
-            with this one first. The message names it, and no file is written.
+            construction, a hook added to it): the estimator that loading
+            would build is compared with this one first (a module given as an
+            instance is rebuilt from a copy of itself, since ``load`` takes
+            it from its caller: only its tensors are the file's). The message
+            names it, and no file is written.
         """
         save_estimator(self, path)
 
@@ -824,11 +826,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         ValueError
             Naming the file and what is wrong: not a smoothsk model, an
             unknown format version, missing or reshaped tensors, content that
-            does not match its digest, a class not on the allow-list, a module
-            that computes with other state than the saved one (its class's
-            code changed since saving, or the class now lives in another
-            module: classes are named by module and name, so a class defined
-            in a script, ``__main__``, loads where a script defines it too).
+            does not match its digest, a class not on the allow-list.
         """
         return load_estimator(cls, path, module=module, allowed_classes=allowed_classes)
 

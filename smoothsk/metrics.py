@@ -209,10 +209,13 @@ def certification_scorers(radii):
     Raises
     ------
     ValueError
-        If two distinct radii get the same name.
+        If a radius is not finite and >= 0, or two distinct radii get the
+        same name.
     """
     thresholds = {}
     for r in map(float, radii):
+        if not (np.isfinite(r) and r >= 0):
+            raise ValueError(f"radii must be finite and >= 0; got {r!r}.")
         name = f"certified_accuracy_at_{r:g}"
         if thresholds.get(name, r) != r:
             raise ValueError(f"radii {thresholds[name]!r} and {r!r} both give the scorer name {name!r}; "

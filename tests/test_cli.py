@@ -326,3 +326,37 @@ class TestStatefulAllocator:
         err = capsys.readouterr().err
         assert "--save-model" in err and str(target) in err
 
+
+
+@pytest.mark.parametrize("case", ["checkpoint is out", "checkpoint is save-model", "checkpoint is the model",
+                                  "out is the model", "out is the data", "fit out is the data"])
+def test_two_options_naming_one_file_are_refused_before_any_work(case, npz_data, tmp_path, capsys, monkeypatch):
+    # One path for two roles: writing one destroys the other (the checkpoint
+    # used to be removed after the CSV or model had been written over it).
+    _, _, data, model = npz_data
+    copies = {"model": tmp_path / "model.safetensors", "data": tmp_path / "data.npz"}
+    copies["model"].write_bytes(model.read_bytes())
+    copies["data"].write_bytes(data.read_bytes())
+    before = {path: path.read_bytes() for path in copies.values()}
+    out, saved, checkpoint = tmp_path / "c.csv", tmp_path / "after.safetensors", tmp_path / "run.ckpt"
+    same = {"checkpoint is out": ("--checkpoint", out, "--out"),
+            "checkpoint is save-model": ("--checkpoint", saved, "--save-model"),
+            "checkpoint is the model": ("--checkpoint", copies["model"], "the model"),
+            "out is the model": ("--out", copies["model"], "the model"),
+            "out is the data": ("--out", copies["data"], "the data"),
+            "fit out is the data": ("--out", copies["data"], "the data")}
+    option, path, other = same[case]
+    paths = {"--out": out, "--save-model": saved, "--checkpoint": checkpoint, option: path}
+
+    def expensive(*args, **kwargs):
+        raise AssertionError("worked before checking the paths")
+
+    monkeypatch.setattr(SampleWiseSmoothedClassifier, "fit" if case.startswith("fit") else "certify", expensive)
+    if case.startswith("fit"):
+        argv = ["fit", str(copies["data"]), "--out", str(paths["--out"]), "--epochs", "1"]
+    else:
+        argv = ["certify", str(copies["model"]), str(copies["data"]), "--n", "40", "--n0", "10",
+                *[item for name in ("--out", "--save-model", "--checkpoint") for item in (name, str(paths[name]))]]
+    assert main(argv) == 2
+    assert f"{option} {path}: the same file as {other}" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in copies.values()} == before

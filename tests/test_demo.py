@@ -121,12 +121,13 @@ def no_training(monkeypatch):
 
 
 @pytest.mark.parametrize("option, value", [("--epochs", "-3"), ("--epochs", "0"), ("--search-n", "0"),
-                                           ("--n", "0"), ("--n0", "-1"), ("--train-size", "0")])
-def test_a_setting_below_one_is_refused_before_any_training(option, value, no_training, tmp_path, capsys):
+                                           ("--n", "0"), ("--n0", "-1"), ("--train-size", "0"), ("--alpha", "0"),
+                                           ("--alpha", "1.5"), ("--seed", "-1")])
+def test_a_setting_out_of_range_is_refused_before_any_training(option, value, no_training, tmp_path, capsys):
     args = ["demo", *TINY, "--methods", "cohen-0.25,pfat", option, value, "--out", str(tmp_path / "out")]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("smoothsk demo: error: ") and option in err and value in err
+    assert err.startswith("smoothsk demo: error: ") and f"{option} must be" in err and value in err
 
 
 def test_a_later_method_that_refuses_its_settings_stops_the_run_before_the_first_trains(no_training, tmp_path,

@@ -86,6 +86,11 @@ class TestScorers:
             certification_scorers([0.1, 0.1000001, 0.25])
         assert list(certification_scorers([0.5, 0.5])) == ["acr", "certified_accuracy_at_0.5"]
 
+    @pytest.mark.parametrize("radius", [np.nan, np.inf, -0.1])
+    def test_a_radius_that_is_not_finite_and_non_negative_is_refused(self, radius):
+        with pytest.raises(ValueError, match=rf"radii must be finite and >= 0; got {radius!r}"):
+            certification_scorers([0.25, radius])
+
     def test_a_new_round_certifies_again(self):
         # Same estimator and X scored twice (e.g. refitted in between): two certifications.
         scorers = certification_scorers([0.5])
