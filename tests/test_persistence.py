@@ -72,6 +72,36 @@ class NormalisedNet(nn.Module):
         return self.linear(x.flatten(1))
 
 
+class RecurrentNet(nn.Module):
+    """A GRU over the two features as a sequence (it keeps weak references to its weights), then a linear layer."""
+
+    def __init__(self, n_classes=2):
+        super().__init__()
+        self.gru = nn.GRU(1, 4, batch_first=True)
+        self.linear = nn.Linear(4, n_classes)
+
+    def forward(self, x):
+        return self.linear(self.gru(x.flatten(1).unsqueeze(-1))[0][:, -1])
+
+
+class HookedNet(nn.Module):
+    """Weight normalisation (a parametrization) and hooks made in ``__init__``: a lambda, a method, a closure."""
+
+    def __init__(self, n_classes=2):
+        super().__init__()
+        self.linear = nn.utils.parametrizations.weight_norm(nn.Linear(2, n_classes))
+        self.register_forward_hook(lambda module, args, output: output * 2)
+        self.register_forward_pre_hook(self.centre)
+        offset = 0.1
+        self.linear.register_forward_hook(lambda module, args, output: output + offset)
+
+    def centre(self, module, args):
+        return (args[0] - 0.05,)
+
+    def forward(self, x):
+        return self.linear(x.flatten(1))
+
+
 # ------------------------------------------------------------------- helpers
 
 def read_file(path):
@@ -189,6 +219,13 @@ class TestRoundTrip:
         np.testing.assert_array_equal(loaded.classes_, clf.classes_, strict=True)
         np.testing.assert_array_equal(loaded.predict(X[:5]), clf.predict(X[:5]), strict=True)
 
+    @pytest.mark.parametrize("module", [RecurrentNet, HookedNet])
+    def test_modules_whose_state_is_all_in_their_tensors_round_trip(self, module, tmp_path):
+        """Weak references, functions and torch's hook tables differ in every copy, but hold no state the file lacks."""
+        clf, X = fit_two_features(module)
+        clf.save(tmp_path / "model.safetensors")
+        assert_same_certificates(clf, load(tmp_path / "model.safetensors", module=module), X)
+
     def test_parametrized_module_with_a_hook_round_trip(self, tmp_path):
         """Its parametrization and its hook (registered under another handle id when rebuilt) are the saved ones."""
         clf, X = fit_two_features(NormalisedNet)
@@ -224,8 +261,9 @@ class TestSaveRefuses:
         assert os.listdir(tmp_path) == []  # nothing written, not even a temporary file
 
     @pytest.mark.parametrize(("edit", "named"), [
-        (lambda module: module.shift.fill_(0.7), "shift"), (lambda module: setattr(module, "scale", 2.0), "scale")],
-        ids=["non-persistent buffer", "attribute"])
+        (lambda module: module.shift.fill_(0.7), "shift"), (lambda module: setattr(module, "scale", 2.0), "scale"),
+        (lambda module: module.register_forward_hook(negate), "_forward_hooks")],
+        ids=["non-persistent buffer", "attribute", "hook"])
     def test_module_state_outside_the_state_dict_is_refused_naming_it(self, edit, named, tmp_path):
         """The file holds the state_dict only: a module computing with more would load as another classifier."""
         clf, _ = fit_two_features()
