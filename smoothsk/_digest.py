@@ -10,6 +10,7 @@ by :func:`value_digest` and :func:`module_fingerprint` instead.
 
 import functools
 import types
+import weakref
 from collections import OrderedDict
 
 import joblib
@@ -57,7 +58,8 @@ def _value_form(value, ancestors=frozenset()):
     state counts, not only its ``state_dict``: plain attributes,
     non-persistent buffers, hooks (in the order they run). A
     KD- or ball tree (a fitted neighbour index) becomes its arrays, without
-    its query counters, which every query advances. Anything else (numbers,
+    its query counters, which every query advances; a weak reference its
+    referent (None once dead). Anything else (numbers,
     strings, arrays, classes, functions) is a leaf, hashed by
     :func:`_leaf_digest`.
     """
@@ -82,6 +84,8 @@ def _value_form(value, ancestors=frozenset()):
         if not isinstance(value, OrderedDict):
             items = dict(items)  # a mapping: joblib.hash sorts its keys
         return ("mapping", cls.__module__, cls.__qualname__, items, extra)
+    if isinstance(value, weakref.ref):  # a new reference in every copy: its referent is the state
+        return ("weakref", _value_form(value(), inner))
     if isinstance(value, (KDTree, BallTree)):  # a neighbour index: its arrays, not its query counters
         return ("tree", cls.__module__, cls.__qualname__, [_leaf_digest(array) for array in value.get_arrays()])
     if (hasattr(value, "__dict__") and not isinstance(value, _BY_REFERENCE)

@@ -1,5 +1,6 @@
 """Tests of smoothsk._digest: digests by value, equal for equal states, different where a module computes otherwise."""
 
+import copy
 from collections import OrderedDict, defaultdict
 
 import torch
@@ -68,3 +69,13 @@ def test_parametrized_modules_are_digested():
     with torch.no_grad():
         second.parametrizations.weight.original.mul_(2)
     assert module_fingerprint(first) != module_fingerprint(second)
+
+
+def test_weak_references_are_digested_by_their_referent():
+    # A GRU keeps weak references to its weights: a copy holds new references to equal weights.
+    gru = torch.nn.GRU(2, 3)
+    assert module_fingerprint(copy.deepcopy(gru)) == module_fingerprint(gru)
+    edited = copy.deepcopy(gru)
+    with torch.no_grad():
+        edited.weight_hh_l0[0, 0] += 1.0
+    assert module_fingerprint(edited) != module_fingerprint(gru)
