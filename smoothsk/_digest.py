@@ -33,6 +33,14 @@ def _leaf_digest(value):
         return joblib.hash((type(value).__module__, type(value).__qualname__, repr(value)))
 
 
+def _cell_contents(cell):
+    """The value a closure captured in ``cell``; ``("empty cell",)`` for a variable not yet assigned."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return ("empty cell",)
+
+
 def _tensor_form(tensor):
     """A tensor as its layout, dtype, shape and bytes (a sparse tensor densified)."""
     layout = str(tensor.layout)
@@ -59,9 +67,10 @@ def _value_form(value, ancestors=frozenset()):
     non-persistent buffers, hooks (in the order they run). A
     KD- or ball tree (a fitted neighbour index) becomes its arrays, without
     its query counters, which every query advances; a weak reference its
-    referent (None once dead). Anything else (numbers,
-    strings, arrays, classes, functions) is a leaf, hashed by
-    :func:`_leaf_digest`.
+    referent (None once dead); a function its qualified name, defaults and
+    captured values (not its code); a bound method its function and object.
+    Anything else (numbers, strings, arrays, classes, built-in functions) is
+    a leaf, hashed by :func:`_leaf_digest`.
     """
     if type(value) in _PLAIN:
         return value
@@ -84,6 +93,15 @@ def _value_form(value, ancestors=frozenset()):
         if not isinstance(value, OrderedDict):
             items = dict(items)  # a mapping: joblib.hash sorts its keys
         return ("mapping", cls.__module__, cls.__qualname__, items, extra)
+    if isinstance(value, types.MethodType):  # its function and the object it is bound to (often an ancestor)
+        return ("method", _value_form(value.__func__, inner), _value_form(value.__self__, inner))
+    if isinstance(value, types.FunctionType):
+        # By name and what it captures, not by identity: a lambda made in
+        # ``__init__`` is a new function in every instance. Its code is not
+        # part of the form (no digest here covers code).
+        cells = [_cell_contents(cell) for cell in value.__closure__ or ()]
+        return ("function", value.__module__, value.__qualname__, _value_form(value.__defaults__, inner),
+                _value_form(value.__kwdefaults__, inner), _value_form(cells, inner))
     if isinstance(value, weakref.ref):  # a new reference in every copy: its referent is the state
         return ("weakref", _value_form(value(), inner))
     if isinstance(value, (KDTree, BallTree)):  # a neighbour index: its arrays, not its query counters

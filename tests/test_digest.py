@@ -79,3 +79,32 @@ def test_weak_references_are_digested_by_their_referent():
     with torch.no_grad():
         edited.weight_hh_l0[0, 0] += 1.0
     assert module_fingerprint(edited) != module_fingerprint(gru)
+
+
+class ClosureHooked(torch.nn.Module):
+    """A linear layer with a closure hook adding ``offset`` and a method hook, both made in ``__init__``."""
+
+    def __init__(self, offset=0.1):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+        self.linear.register_forward_hook(lambda module, args, output: output + offset)
+        self.register_forward_pre_hook(self.halve)
+
+    def halve(self, module, args):
+        return (args[0] / 2,)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_functions_are_digested_by_name_and_captured_values():
+    # Two modules built alike hold distinct but equal hook functions (a new
+    # lambda and bound method per instance): equal fingerprints. A lambda
+    # capturing another value computes otherwise: another fingerprint.
+    first = ClosureHooked()
+    second = ClosureHooked()
+    second.load_state_dict(first.state_dict())
+    assert module_fingerprint(second) == module_fingerprint(first)
+    other = ClosureHooked(offset=0.2)
+    other.load_state_dict(first.state_dict())
+    assert module_fingerprint(other) != module_fingerprint(first)

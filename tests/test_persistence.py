@@ -226,6 +226,15 @@ class TestRoundTrip:
         clf.save(tmp_path / "model.safetensors")
         assert_same_certificates(clf, load(tmp_path / "model.safetensors", module=module), X)
 
+    def test_regions_of_a_module_with_hooks_made_in_init_survive_save_and_load(self, tmp_path):
+        """The loaded module's hooks are new function objects equal to the saved ones: its regions are kept."""
+        clf, X = fit_two_features(HookedNet, allocator=OnlineBallAllocator())
+        clf.certify(X[:5])
+        clf.save(tmp_path / "model.safetensors")
+        loaded = load(tmp_path / "model.safetensors", module=HookedNet)
+        assert len(loaded.regions_) == len(clf.regions_) > 0
+        assert_same_certificates(clf, loaded, X[5:8])
+
     def test_parametrized_module_with_a_hook_round_trip(self, tmp_path):
         """Its parametrization and its hook (registered under another handle id when rebuilt) are the saved ones."""
         clf, X = fit_two_features(NormalisedNet)
