@@ -33,7 +33,6 @@ import copy
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 from numbers import Integral
 from pathlib import Path
@@ -41,6 +40,7 @@ from pathlib import Path
 import joblib
 import numpy as np
 
+from ._atomic import atomic_file
 from .certificates import Certificates
 from ._digest import module_fingerprint, value_digest
 
@@ -252,22 +252,14 @@ def _read(path, parts):
 
 
 def _write(path, header, certificates, store):
-    """Write the checkpoint atomically (a temporary file in the same folder, then ``os.replace``)."""
+    """Write the checkpoint atomically (:func:`smoothsk._atomic.atomic_file`)."""
     arrays, attributes = store.to_arrays()
     header = {**header, "regions_attributes": attributes}
     members = {"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)}
     members.update({f"certificates/{name}": value for name, value in certificates.items()})
     members.update({f"regions/{name}": value for name, value in arrays.items()})
-    handle, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            np.savez(file, **members)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as file:
+        np.savez(file, **members)
 
 
 def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get_store, set_store, keep=False):

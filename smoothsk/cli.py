@@ -9,7 +9,6 @@ import argparse
 import csv
 import os
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 from sklearn.base import clone
 
 from . import SampleWiseSmoothedClassifier
+from ._atomic import atomic_file
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._presets import MODULES, PRESETS, preset_params
@@ -169,7 +169,7 @@ def run_fit(args):
 
 
 def write_certificates(path, columns, rows):
-    """Write the certificates' CSV atomically (a temporary file in the same folder, then ``os.replace``).
+    """Write the certificates' CSV atomically (:func:`smoothsk._atomic.atomic_file`).
 
     Parameters
     ----------
@@ -180,18 +180,10 @@ def write_certificates(path, columns, rows):
     rows : iterable of list
         One row per input.
     """
-    handle, tmp = tempfile.mkstemp(prefix=Path(path).name + ".", suffix=".tmp", dir=Path(path).resolve().parent)
-    try:
-        with os.fdopen(handle, "w", newline="") as file:
-            writer = csv.writer(file)
-            writer.writerow(columns)
-            writer.writerows(rows)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(columns)
+        writer.writerows(rows)
 
 
 def load_model(path):

@@ -1,0 +1,27 @@
+"""Tests of smoothsk._atomic: a file is written whole or not at all."""
+
+import os
+
+import pytest
+
+from smoothsk._atomic import atomic_file
+
+
+def test_the_new_content_replaces_the_file_on_success(tmp_path):
+    path = tmp_path / "out.csv"
+    path.write_text("old")
+    with atomic_file(path, "w") as file:
+        file.write("new")
+        assert path.read_text() == "old"  # not visible before the end
+    assert path.read_text() == "new"
+    assert os.listdir(tmp_path) == ["out.csv"]
+
+
+def test_an_error_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "out.bin"
+    path.write_bytes(b"old")
+    with pytest.raises(OSError, match="disk full"), atomic_file(path) as file:
+        file.write(b"half")
+        raise OSError("disk full")
+    assert path.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["out.bin"]
