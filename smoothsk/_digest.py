@@ -67,8 +67,10 @@ def _value_form(value, ancestors=frozenset()):
     non-persistent buffers, hooks (in the order they run). A
     KD- or ball tree (a fitted neighbour index) becomes its arrays, without
     its query counters, which every query advances; a weak reference its
-    referent (None once dead); a function its qualified name, defaults and
-    captured values (not its code); a bound method its function and object.
+    referent (None once dead); a function its qualified name, bytecode,
+    defaults and captured values (not the globals it reads); a
+    ``functools.partial`` its function and arguments; a bound method its
+    function and object.
     Anything else (numbers, strings, arrays, classes, built-in functions) is
     a leaf, hashed by :func:`_leaf_digest`.
     """
@@ -96,12 +98,18 @@ def _value_form(value, ancestors=frozenset()):
     if isinstance(value, types.MethodType):  # its function and the object it is bound to (often an ancestor)
         return ("method", _value_form(value.__func__, inner), _value_form(value.__self__, inner))
     if isinstance(value, types.FunctionType):
-        # By name and what it captures, not by identity: a lambda made in
-        # ``__init__`` is a new function in every instance. Its code is not
-        # part of the form (no digest here covers code).
+        # By what it computes, not its identity (a lambda made in ``__init__``
+        # is a new function in every instance): its code (two lambdas share a
+        # name), defaults and captured values. Globals it reads are not part.
         cells = [_cell_contents(cell) for cell in value.__closure__ or ()]
-        return ("function", value.__module__, value.__qualname__, _value_form(value.__defaults__, inner),
-                _value_form(value.__kwdefaults__, inner), _value_form(cells, inner))
+        return ("function", value.__module__, value.__qualname__, _value_form(value.__code__, inner),
+                _value_form(value.__defaults__, inner), _value_form(value.__kwdefaults__, inner),
+                _value_form(cells, inner))
+    if isinstance(value, types.CodeType):  # its bytecode and constants (nested functions' code among them)
+        return ("code", value.co_code, value.co_names, _value_form(value.co_consts, inner))
+    if isinstance(value, functools.partial):
+        return ("partial", _value_form(value.func, inner), _value_form(value.args, inner),
+                _value_form(value.keywords, inner))
     if isinstance(value, weakref.ref):  # a new reference in every copy: its referent is the state
         return ("weakref", _value_form(value(), inner))
     if isinstance(value, (KDTree, BallTree)):  # a neighbour index: its arrays, not its query counters

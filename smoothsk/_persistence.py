@@ -102,7 +102,6 @@ weights and parameters deserve trust is the user's call.
 import copy
 import hashlib
 import json
-import os
 import warnings
 from functools import cache
 from numbers import Integral, Real
@@ -111,13 +110,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
 from skorch.dataset import Dataset as SkorchDataset
 from skorch.exceptions import DeviceWarning
 from skorch.history import History
+from torch.nn.utils.spectral_norm import SpectralNorm
+from torch.nn.utils.weight_norm import WeightNorm
 from torch.utils.data import DataLoader
+from torch.utils.hooks import RemovableHandle
 
 from . import models, regions, sampling, sigma, training
+from ._atomic import atomic_file
 from ._digest import value_digest
 from .regions import RegionStore
 from .regions._store import UNRECORDED
@@ -376,16 +379,15 @@ def save_estimator(estimator, path):
     }
     _check_rebuilt(estimator, document, tensors, f"Cannot save {path}", module, named)
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        save_file(tensors, temporary, metadata={DOCUMENT_KEY: text, DIGEST_KEY: _digest(text, tensors)})
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    content = safetensors_bytes(tensors, metadata={DOCUMENT_KEY: text, DIGEST_KEY: _digest(text, tensors)})
+    with atomic_file(path) as file:
+        file.write(content)
 
 
 #: torch's own bookkeeping attributes of every module (hook tables keyed by global handle ids, flags).
 _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+#: Forward pre-hooks that recompute the module attribute they name (``hook.name``) at every call.
+_DERIVING_HOOKS = (SpectralNorm, WeightNorm)
 
 
 def _callable_name(function):
@@ -411,11 +413,14 @@ def _held_state(value):
     """What a module (or sigma function) computes with, as plain data, to compare it with its rebuilt copy.
 
     For a module, per submodule (dotted names): its class, its parameters and
-    buffers (non-persistent ones too), its data attributes (:func:`_is_data`;
-    other objects, e.g. weak references or functions, are left out) and its
-    hooks by name (:func:`_callable_name`), torch's bookkeeping left out. Two
-    modules built by the same code in one process hold equal states exactly
-    when what they compute with is equal, as far as data shows it. For a sigma
+    buffers (non-persistent ones too), its other attributes (plain data as
+    it is, :func:`_is_data`; functions, hooks and other objects by
+    :func:`~smoothsk._digest.value_digest`: their code, captured values and
+    state), torch's bookkeeping (hook tables' ids, hook handles, the weight a
+    legacy ``spectral_norm``/``weight_norm`` hook recomputes at every call)
+    left out. Two modules built by the same code in one process hold equal
+    states when they compute alike; a module caching what its last call saw
+    (an attribute set in ``forward``) is refused although it loads alike. For a sigma
     function, its attributes, those of its modules replaced by their held
     state (``selector_module_.shift``, ...).
 
@@ -440,14 +445,16 @@ def _held_state(value):
     for name, module in value.named_modules(remove_duplicate=False):
         prefix = f"{name}." if name else ""
         state[f"{prefix}<class>"] = _callable_name(type(module))
+        # torch's legacy spectral_norm / weight_norm: a pre-hook recomputes the attribute it names at every call.
+        derived = {hook.name for hook in module._forward_pre_hooks.values() if isinstance(hook, _DERIVING_HOOKS)}
         for key, item in vars(module).items():
             if key in ("_parameters", "_buffers"):
                 state.update((prefix + tensor_name, tensor) for tensor_name, tensor in item.items())
             elif key.endswith("hooks") and isinstance(item, dict):
                 if item:
-                    state[prefix + key] = [_callable_name(hook) for hook in item.values()]
-            elif key not in _MODULE_INTERNALS and _is_data(item):
-                state[prefix + key] = item
+                    state[prefix + key] = [value_digest(hook) for hook in item.values()]
+            elif key not in _MODULE_INTERNALS and key not in derived and not isinstance(item, RemovableHandle):
+                state[prefix + key] = item if _is_data(item) else value_digest(item)
     return state
 
 

@@ -25,3 +25,23 @@ def test_an_error_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
         raise OSError("disk full")
     assert path.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["out.bin"]
+
+
+def test_a_symbolic_link_is_followed_and_kept(tmp_path):
+    target, link = tmp_path / "target.csv", tmp_path / "link.csv"
+    target.write_text("old")
+    link.symlink_to(target)
+    with atomic_file(link, "w") as file:
+        file.write("new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_the_file_gets_the_permissions_open_would_give(tmp_path):
+    umask = os.umask(0o027)
+    try:
+        with atomic_file(tmp_path / "out.bin") as file:
+            file.write(b"x")
+        (tmp_path / "plain.bin").write_bytes(b"x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "out.bin").stat().st_mode & 0o777 == (tmp_path / "plain.bin").stat().st_mode & 0o777 == 0o640

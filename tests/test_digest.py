@@ -108,3 +108,18 @@ def test_functions_are_digested_by_name_and_captured_values():
     other = ClosureHooked(offset=0.2)
     other.load_state_dict(first.state_dict())
     assert module_fingerprint(other) != module_fingerprint(first)
+
+
+#: Two functions of one qualified name (``<lambda>``) that compute otherwise.
+ACTIVATIONS = {"identity": lambda t: t, "negate": lambda t: -t}
+
+
+def test_functions_of_one_name_with_other_code_differ():
+    # A model whose activation is swapped for another lambda is another
+    # classifier: its regions and checkpoints must not be taken for the old one's.
+    first, second = torch.nn.Linear(2, 2), copy.deepcopy(torch.nn.Linear(2, 2))
+    second.load_state_dict(first.state_dict())
+    first.act, second.act = ACTIVATIONS["identity"], ACTIVATIONS["negate"]
+    assert module_fingerprint(first) != module_fingerprint(second)
+    second.act = ACTIVATIONS["identity"]
+    assert module_fingerprint(first) == module_fingerprint(second)

@@ -50,14 +50,29 @@ class ShiftedNet(nn.Module):
         self.linear = nn.LazyLinear(n_classes)
         self.register_buffer("shift", torch.full((1,), self.initial_shift), persistent=False)
         self.scale = 1.0
+        self.activation = torch.positive  # the identity, as a function attribute
+        self.register_forward_hook(scaled_by(1.0))
 
     def forward(self, x):
-        return self.linear(self.scale * (x.flatten(1) - self.shift))
+        return self.linear(self.activation(self.scale * (x.flatten(1) - self.shift)))
 
 
 def negate(module, inputs, output):
     """A forward hook: the module's logits negated."""
     return -output
+
+
+def scaled_by(factor):
+    """A forward hook (a closure) multiplying the module's logits by ``factor``."""
+    def hook(module, inputs, output):
+        return factor * output
+    return hook
+
+
+def replace_hooks(module, hook):
+    """Remove the module's forward hooks and register ``hook`` instead."""
+    module._forward_hooks.clear()
+    module.register_forward_hook(hook)
 
 
 class NormalisedNet(nn.Module):
@@ -271,8 +286,10 @@ class TestSaveRefuses:
 
     @pytest.mark.parametrize(("edit", "named"), [
         (lambda module: module.shift.fill_(0.7), "shift"), (lambda module: setattr(module, "scale", 2.0), "scale"),
-        (lambda module: module.register_forward_hook(negate), "_forward_hooks")],
-        ids=["non-persistent buffer", "attribute", "hook"])
+        (lambda module: module.register_forward_hook(negate), "_forward_hooks"),
+        (lambda module: setattr(module, "activation", torch.tanh), "activation"),
+        (lambda module: replace_hooks(module, scaled_by(-1.0)), "_forward_hooks")],
+        ids=["non-persistent buffer", "attribute", "hook", "function attribute", "closure hook"])
     def test_module_state_outside_the_state_dict_is_refused_naming_it(self, edit, named, tmp_path):
         """The file holds the state_dict only: a module computing with more would load as another classifier."""
         clf, _ = fit_two_features()
