@@ -117,6 +117,17 @@ class HookedNet(nn.Module):
         return self.linear(x.flatten(1))
 
 
+class LegacyNormNet(nn.Module):
+    """A linear layer under the legacy hook-based ``spectral_norm``, which recomputes ``weight`` at every call."""
+
+    def __init__(self, n_classes=2):
+        super().__init__()
+        self.linear = nn.utils.spectral_norm(nn.Linear(2, n_classes))
+
+    def forward(self, x):
+        return self.linear(x.flatten(1))
+
+
 # ------------------------------------------------------------------- helpers
 
 def read_file(path):
@@ -234,7 +245,7 @@ class TestRoundTrip:
         np.testing.assert_array_equal(loaded.classes_, clf.classes_, strict=True)
         np.testing.assert_array_equal(loaded.predict(X[:5]), clf.predict(X[:5]), strict=True)
 
-    @pytest.mark.parametrize("module", [RecurrentNet, HookedNet])
+    @pytest.mark.parametrize("module", [RecurrentNet, HookedNet, LegacyNormNet])
     def test_modules_whose_state_is_all_in_their_tensors_round_trip(self, module, tmp_path):
         """Weak references, functions and torch's hook tables differ in every copy, but hold no state the file lacks."""
         clf, X = fit_two_features(module)
