@@ -390,13 +390,6 @@ _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 _DERIVING_HOOKS = (SpectralNorm, WeightNorm)
 
 
-def _callable_name(function):
-    """A hook's dotted name (module and qualified name): stable across copies, unlike its repr."""
-    function = getattr(function, "__func__", function)  # a bound method: its function
-    owner = function if hasattr(function, "__qualname__") else type(function)
-    return f"{getattr(owner, '__module__', '?')}.{owner.__qualname__}"
-
-
 def _is_data(value):
     """Whether ``value`` is plain data (numbers, strings, tensors, arrays, and containers of them)."""
     if value is None or isinstance(value, (bool, Integral, Real, str, bytes, torch.Tensor, np.ndarray, np.generic,
@@ -444,7 +437,7 @@ def _held_state(value):
     state = {}
     for name, module in value.named_modules(remove_duplicate=False):
         prefix = f"{name}." if name else ""
-        state[f"{prefix}<class>"] = _callable_name(type(module))
+        state[f"{prefix}<class>"] = f"{type(module).__module__}.{type(module).__qualname__}"
         # torch's legacy spectral_norm / weight_norm: a pre-hook recomputes the attribute it names at every call.
         derived = {hook.name for hook in module._forward_pre_hooks.values() if isinstance(hook, _DERIVING_HOOKS)}
         for key, item in vars(module).items():
