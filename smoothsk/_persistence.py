@@ -39,8 +39,8 @@ changes its outputs too, and the file cannot hold them. So saving first
 builds the estimator from the document and tensors it is about to write, by
 the code loading runs, and refuses (writing nothing) when that estimator's
 module or fitted sigma function holds other data than the saved one (see
-:func:`_held_state`: tensors, data attributes, the hooks by name), naming
-what differs; it refuses likewise parameters the estimator class cannot be
+:func:`_held_state`: tensors, other attributes, hooks), naming what
+differs; it refuses likewise parameters the estimator class cannot be
 built with (an attribute set on an estimator is a parameter for skorch).
 The comparison runs in the saving process, with the code and library
 versions of that moment: the file holds no code, so loading with edited
@@ -390,28 +390,16 @@ _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 _DERIVING_HOOKS = (SpectralNorm, WeightNorm)
 
 
-def _is_data(value):
-    """Whether ``value`` is plain data (numbers, strings, tensors, arrays, and containers of them)."""
-    if value is None or isinstance(value, (bool, Integral, Real, str, bytes, torch.Tensor, np.ndarray, np.generic,
-                                           torch.dtype, torch.device)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_data(item) for item in value)
-    if isinstance(value, dict):
-        return all(isinstance(key, (str, Integral)) and _is_data(item) for key, item in value.items())
-    return False
-
-
 def _held_state(value):
-    """What a module (or sigma function) computes with, as plain data, to compare it with its rebuilt copy.
+    """What a module (or sigma function) computes with, by name, to compare it with its rebuilt copy.
 
     For a module, per submodule (dotted names): its class, its parameters and
-    buffers (non-persistent ones too), its other attributes (plain data as
-    it is, :func:`_is_data`; functions, hooks and other objects by
-    :func:`~smoothsk._digest.value_digest`: their code, captured values and
-    state), torch's bookkeeping (hook tables' ids, hook handles, the weight a
-    legacy ``spectral_norm``/``weight_norm`` hook recomputes at every call)
-    left out. Two modules built by the same code in one process hold equal
+    buffers (non-persistent ones too), its other attributes and its hooks in
+    the order they run (compared by :func:`~smoothsk._digest.value_digest`:
+    functions by their code and captured values, objects by their state),
+    torch's bookkeeping (hook tables' ids, hook handles, the weight a legacy
+    ``spectral_norm``/``weight_norm`` hook recomputes at every call) left
+    out. Two modules built by the same code in one process hold equal
     states when they compute alike; a module caching what its last call saw
     (an attribute set in ``forward``) is refused although it loads alike. For a sigma
     function, its attributes, those of its modules replaced by their held
@@ -424,7 +412,8 @@ def _held_state(value):
     Returns
     -------
     dict
-        Plain data, compared by :func:`~smoothsk._digest.value_digest`.
+        Name -> value; two states are compared entry by entry with
+        :func:`~smoothsk._digest.value_digest`.
     """
     if not isinstance(value, torch.nn.Module):
         state = {}
@@ -444,10 +433,10 @@ def _held_state(value):
             if key in ("_parameters", "_buffers"):
                 state.update((prefix + tensor_name, tensor) for tensor_name, tensor in item.items())
             elif key.endswith("hooks") and isinstance(item, dict):
-                if item:
-                    state[prefix + key] = [value_digest(hook) for hook in item.values()]
+                if item:  # without the handle ids, which come from a global counter
+                    state[prefix + key] = list(item.values())
             elif key not in _MODULE_INTERNALS and key not in derived and not isinstance(item, RemovableHandle):
-                state[prefix + key] = item if _is_data(item) else value_digest(item)
+                state[prefix + key] = item
     return state
 
 
