@@ -5,7 +5,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_file"]
+__all__ = ["atomic_file", "unwritable_reason"]
 
 
 def _umask():
@@ -13,6 +13,33 @@ def _umask():
     umask = os.umask(0o022)
     os.umask(umask)
     return umask
+
+
+def unwritable_reason(path):
+    """Why :func:`atomic_file` could not write ``path``, or None: checked before any expensive work.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    str or None
+        ``"it is a directory"``, or that the folder it would be written in
+        (a symbolic link's target's) does not exist, is not a directory or is
+        not writable.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return "it is a directory"
+    folder = path.resolve().parent
+    if not folder.exists():
+        return f"its folder {str(folder)!r} does not exist"
+    if not folder.is_dir():
+        return f"{str(folder)!r} is not a directory"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"its folder {str(folder)!r} is not writable"
+    return None
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ from pathlib import Path
 import joblib
 import numpy as np
 
-from ._atomic import atomic_file
+from ._atomic import atomic_file, unwritable_reason
 from .certificates import Certificates
 from ._digest import module_fingerprint, value_digest
 
@@ -103,15 +103,9 @@ def check_path(checkpoint):
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise TypeError(f"checkpoint must be a file path (str or os.PathLike), got {checkpoint!r}.")
     path = Path(checkpoint)
-    if path.is_dir():
-        raise ValueError(f"checkpoint must be a file path, but {str(path)!r} is a directory.")
-    folder = path.absolute().parent
-    if not folder.exists():
-        raise ValueError(f"checkpoint {str(path)!r} cannot be written: its folder {str(folder)!r} does not exist.")
-    if not folder.is_dir():
-        raise ValueError(f"checkpoint {str(path)!r} cannot be written: {str(folder)!r} is not a directory.")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"checkpoint {str(path)!r} cannot be written: its folder {str(folder)!r} is not writable.")
+    reason = unwritable_reason(path)
+    if reason is not None:
+        raise ValueError(f"checkpoint {str(path)!r} cannot be written: {reason}.")
     return path
 
 

@@ -7,7 +7,6 @@ writing Python.
 
 import argparse
 import csv
-import os
 import sys
 import zipfile
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 from sklearn.base import clone
 
 from . import SampleWiseSmoothedClassifier
-from ._atomic import atomic_file
+from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._presets import MODULES, PRESETS, preset_params
@@ -117,13 +116,10 @@ def check_output(path, option="--out"):
         Naming the option and the path: a directory, or a folder that does
         not exist or is not writable.
     """
-    if Path(path).is_dir():
-        raise InputFileError(f"{option} {path}: is a directory; give the path of a file to write.")
-    folder = Path(path).resolve().parent
-    if not folder.is_dir():
-        raise InputFileError(f"{option} {path}: cannot write it, the folder {folder} does not exist.")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputFileError(f"{option} {path}: cannot write it, the folder {folder} is not writable.")
+    reason = unwritable_reason(path)
+    if reason is not None:
+        raise InputFileError(f"{option} {path}: cannot write it: {reason}; give the path of a file in a "
+                             "writable folder.")
 
 
 def check_distinct(files, may_coincide=()):

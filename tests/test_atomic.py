@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from smoothsk._atomic import atomic_file
+from smoothsk._atomic import atomic_file, unwritable_reason
 
 
 def test_the_new_content_replaces_the_file_on_success(tmp_path):
@@ -45,3 +45,11 @@ def test_the_file_gets_the_permissions_open_would_give(tmp_path):
     finally:
         os.umask(umask)
     assert (tmp_path / "out.bin").stat().st_mode & 0o777 == (tmp_path / "plain.bin").stat().st_mode & 0o777 == 0o640
+
+
+def test_unwritable_reason_names_what_atomic_file_would_fail_on(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    assert unwritable_reason(tmp_path / "out.csv") is None
+    assert unwritable_reason(tmp_path) == "it is a directory"
+    assert unwritable_reason(tmp_path / "missing" / "out.csv").endswith("missing' does not exist")
+    assert unwritable_reason(tmp_path / "a-file" / "out.csv").endswith("a-file' is not a directory")
