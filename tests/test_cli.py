@@ -227,36 +227,28 @@ class TestBadFiles:
         assert str(missing) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["directory", "missing folder"])
 @pytest.mark.parametrize("command", ["fit", "certify"])
-def test_an_output_path_that_is_a_directory_is_refused_before_any_work(command, npz_data, tmp_path, capsys,
-                                                                       monkeypatch):
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(command, where, npz_data, tmp_path,
+                                                                          capsys, monkeypatch):
     _, _, data, model = npz_data
 
     def expensive(*args, **kwargs):
         raise AssertionError("trained or certified before checking --out")
 
     monkeypatch.setattr(SampleWiseSmoothedClassifier, command, expensive)
-    folder = tmp_path / "results"
-    folder.mkdir()
-    inputs = [str(data)] if command == "fit" else [str(model), str(data)]
-    assert main([command, *inputs, "--out", str(folder)]) == 2
-    err = capsys.readouterr().err
-    assert "--out" in err and str(folder) in err and "is a directory" in err
-
-
-@pytest.mark.parametrize("command", ["fit", "certify"])
-def test_an_output_folder_that_does_not_exist_is_refused_before_any_work(command, npz_data, tmp_path, capsys,
-                                                                          monkeypatch):
-    _, _, data, model = npz_data
-
-    def expensive(*args, **kwargs):
-        raise AssertionError("trained or certified before checking --out")
-
-    monkeypatch.setattr(SampleWiseSmoothedClassifier, command, expensive)
-    out = tmp_path / "no-such-folder" / "out"
+    if where == "directory":
+        out = tmp_path / "results"
+        out.mkdir()
+    else:
+        out = tmp_path / "no-such-folder" / "out"
     inputs = [str(data)] if command == "fit" else [str(model), str(data)]
     assert main([command, *inputs, "--out", str(out)]) == 2
-    assert "no-such-folder" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    if where == "directory":
+        assert "--out" in err and str(out) in err and "is a directory" in err
+    else:
+        assert "no-such-folder" in err
 
 
 def test_a_checkpoint_folder_that_does_not_exist_is_refused_before_any_work(npz_data, tmp_path, capsys,
