@@ -167,10 +167,16 @@ def decode_labels(prediction, classes):
     Returns
     -------
     labels : ndarray, shape (n_inputs,)
-        ``classes[prediction]``, ``ABSTAIN`` where abstained (object dtype for non-integer classes).
+        ``classes[prediction]``, ``ABSTAIN`` where abstained: signed integers for
+        integer classes (unsigned ones widened, since -1 cast to an unsigned
+        type would be one of its values, possibly a class), else object dtype.
     """
     labels = classes[np.maximum(prediction, 0)]
-    if labels.dtype.kind in "iu":
+    if labels.dtype.kind == "u":
+        # uint8/16/32 widen to a signed type holding them all; uint64 has none (float64 would round).
+        signed = np.promote_types(labels.dtype, np.int8)
+        labels = labels.astype(signed if signed.kind == "i" else object)
+    if labels.dtype.kind == "i":
         return np.where(prediction == ABSTAIN, ABSTAIN, labels)
     labels = labels.astype(object)
     labels[prediction == ABSTAIN] = ABSTAIN

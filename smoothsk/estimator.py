@@ -570,13 +570,13 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         -------
         float
         """
-        prediction = self.predict(X)
         y = np.asarray(y)
-        if len(y) != len(prediction):
-            raise ValueError(f"X has {len(prediction)} inputs but y has {len(y)} labels.")
+        if len(y) != len(X):
+            raise ValueError(f"X has {len(X)} inputs but y has {len(y)} labels.")
+        prediction = self.predict(X).astype(object)
         # Compared as objects: ABSTAIN (-1) next to string labels is neither a
-        # match nor a "mix of label types" error.
-        correct = prediction.astype(object) == y.astype(object)
+        # match nor a "mix of label types" error; an abstention is wrong even against a label -1.
+        correct = (prediction == y.astype(object)) & (prediction != ABSTAIN)
         return float(np.average(correct, weights=sample_weight))
 
     def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False):

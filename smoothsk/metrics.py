@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from .certificates import ABSTAIN
 from .pipeline import _split, certify
 
 __all__ = [
@@ -20,14 +21,18 @@ __all__ = [
 
 
 def _correct_radius(y_true, prediction, radius):
-    """Radius where the certified prediction is correct, -inf where it is wrong."""
+    """Radius where the certified prediction is correct, NaN where it is wrong or ``ABSTAIN``.
+
+    NaN compares false with every threshold, ``-inf`` included.
+    """
     y_true, prediction = np.asarray(y_true), np.asarray(prediction)
     radius = np.asarray(radius, dtype=np.float64)
     if not (len(y_true) == len(prediction) == len(radius)):
         raise ValueError(f"y_true, prediction and radius must have the same length; got "
                          f"{len(y_true)}, {len(prediction)} and {len(radius)}.")
-    correct = np.array([p == t for p, t in zip(prediction.tolist(), y_true.tolist())], dtype=bool)
-    return np.where(correct, radius, -np.inf)
+    correct = np.array([p == t and p != ABSTAIN for p, t in zip(prediction.tolist(), y_true.tolist())],
+                       dtype=bool)
+    return np.where(correct, radius, np.nan)
 
 
 def average_certified_radius(y_true, prediction, radius):
@@ -52,7 +57,7 @@ def average_certified_radius(y_true, prediction, radius):
     0.5
     """
     correct_radius = _correct_radius(y_true, prediction, radius)
-    return float(np.mean(np.where(np.isfinite(correct_radius), correct_radius, 0.0)))
+    return float(np.mean(np.where(np.isnan(correct_radius), 0.0, correct_radius)))
 
 
 def certified_accuracy(y_true, prediction, radius, r):

@@ -8,7 +8,7 @@ import joblib
 import numpy as np
 import pytest
 import torch
-from conftest import LevelSelectorLogits, SlabLogits, tiny_digits_classifier
+from conftest import LevelSelectorLogits, LinearLogits, SlabLogits, tiny_digits_classifier
 from scipy import stats
 from sklearn.base import clone
 from sklearn.exceptions import DataConversionWarning, NotFittedError
@@ -282,6 +282,26 @@ class TestUsedByFlows:
         assert {"one", "two", "three"} & set(prediction) and set(prediction) <= {"one", "two", "three", ABSTAIN}
         expected = np.mean([p == t for p, t in zip(prediction, names[200:260])])
         assert clf.score(X[keep][200:260], names[200:260]) == pytest.approx(expected)
+
+    @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+    def test_unsigned_labels_keep_abstain_apart_from_every_class(self, dtype):
+        # The largest value of the type is a class: -1 cast to the label type would read as that class.
+        classes = np.array([0, np.iinfo(dtype).max], dtype=dtype)
+        clf = SampleWiseSmoothedClassifier(LinearLogits, module__weight=[1.0], max_epochs=0, random_state=0,
+                                           training=FixedSigmaTraining(0.5), sigma_search=FixedSigma(0.5),
+                                           sampler=FixedSampler(n=200, n0=20)).fit(np.zeros((2, 1), "float32"),
+                                                                                   classes)
+        # x = 0 is on the boundary: pA = 1/2, so both abstain except with probability alpha; x = 3 is class 1.
+        X = np.array([[0.0], [3.0]], dtype=np.float32)
+        certified, _ = clf.certify(X)
+        for labels in (clf.predict(X), certified):
+            assert labels[0] == ABSTAIN and labels[1] == classes[1]
+            assert labels[1] != ABSTAIN
+
+    def test_score_counts_an_abstention_wrong_even_against_the_label_abstain(self, make_linear_classifier):
+        clf = make_linear_classifier([1.0], n=200, n0=20)
+        # x = 0 is on the boundary (abstains except with probability alpha), x = 3 is class 1.
+        assert clf.score(np.array([[0.0], [3.0]], dtype=np.float32), [ABSTAIN, 1]) == 0.5
 
     def test_same_random_state_same_results(self, digits):
         X, y = digits[0][:150], digits[1][:150]

@@ -52,6 +52,20 @@ class TestMetrics:
         # A wrong or abstained input counts 0 whatever its radius.
         assert certified_accuracy([1, 2], [ABSTAIN, 1], [5.0, 5.0], 0.0) == 0.0
 
+    def test_an_abstention_is_wrong_even_against_a_true_label_equal_to_abstain(self):
+        assert certified_accuracy([ABSTAIN, 1], [ABSTAIN, 1], [0.0, 0.3], 0.0) == 0.5
+        assert average_certified_radius([ABSTAIN, 1], [ABSTAIN, 1], [0.0, 0.3]) == pytest.approx(0.15)
+
+    def test_a_wrong_prediction_never_counts_whatever_the_threshold(self):
+        assert certified_accuracy([0, 1], [1, 1], [0.3, 0.3], -np.inf) == 0.5
+        np.testing.assert_array_equal(certified_accuracy_curve([0, 1], [1, 1], [0.3, 0.3], [-np.inf, 0.0]),
+                                      [0.5, 0.5])
+
+    def test_an_infinite_radius_counts_as_infinite(self):
+        # p_lower = 1 (all n samples for the class at alpha -> 1, or a constant model) gives radius inf.
+        assert average_certified_radius([0, 1], [0, 0], [np.inf, np.inf]) == np.inf
+        assert certified_accuracy([0, 1], [0, 0], [np.inf, np.inf], 1e300) == 0.5
+
     def test_string_labels_with_abstentions(self):
         y = np.array(["cat", "dog", "dog"])
         prediction = np.array(["cat", ABSTAIN, "dog"], dtype=object)

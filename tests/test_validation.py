@@ -121,6 +121,13 @@ class TestValidation:
         assert calls == []
         assert_same_state(clf, before)
 
+    def test_score_refuses_labels_of_another_length_before_sampling(self, clf):
+        before, calls = state_of(clf), count_forward_calls(clf)
+        with pytest.raises(ValueError, match="X has 3 inputs but y has 2 labels"):
+            clf.score(good_X(), [0, 1])
+        assert calls == []
+        assert_same_state(clf, before)
+
     def test_flat_inputs_of_the_right_size_are_accepted(self, clf):
         X = good_X()
         np.testing.assert_array_equal(clf.certify(X.reshape(3, 16))[1], clf.certify(X)[1])
