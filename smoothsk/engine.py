@@ -68,6 +68,10 @@ _MASK32 = (1 << 32) - 1
 
 _MASK64 = (1 << 64) - 1
 
+#: Bound on |noise| of every noise path (6.764 on the CPU in float32, 8.652 in float64, 5.77 for torch's
+#: CPU ``normal_``): a sigma up to the dtype's largest value over this keeps ``sigma * noise`` finite.
+_NOISE_BOUND = 10.0
+
 #: What a device raises when a batch does not fit (``torch.OutOfMemoryError`` from torch 2.5).
 _OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
@@ -99,6 +103,29 @@ def stage_key(root_seed, stage):
     stage = tuple(int(part) for part in stage)
     sequence = np.random.SeedSequence([int(root_seed), len(stage), *stage])
     return int(sequence.generate_state(1, dtype=np.uint64)[0])
+
+
+def _check_sigma(sigma, noise_dtype):
+    """Refuse noise levels that are not positive or whose noise overflows ``noise_dtype``.
+
+    Parameters
+    ----------
+    sigma : ndarray of float64, shape (n_inputs,)
+    noise_dtype : torch.dtype
+        float32 or float64 (:func:`_noise_dtype`).
+
+    Raises
+    ------
+    ValueError
+        Naming the first such sigma and its input: an infinite ``sigma * noise``
+        is not Gaussian noise, and a certificate computed from it would not be
+        about g at that sigma.
+    """
+    limit = torch.finfo(noise_dtype).max / _NOISE_BOUND
+    bad = np.flatnonzero(~((sigma > 0) & (sigma <= limit)))
+    if len(bad):
+        raise ValueError(f"sigma must be positive and at most {limit:.3g} for {str(noise_dtype)[6:]} noise (beyond, "
+                         f"sigma * noise overflows); got sigma={float(sigma[bad[0]])!r} for input {bad[0]}.")
 
 
 def _noise_dtype(dtype):
@@ -450,6 +477,7 @@ class MonteCarloEngine:
         n_inputs = len(X)
         n_samples = np.broadcast_to(np.asarray(n_samples, dtype=np.int64), (n_inputs,))
         sigma = np.array(np.broadcast_to(sigma, (n_inputs,)), dtype=np.float64)
+        _check_sigma(sigma, _noise_dtype(torch.as_tensor(X[:0]).dtype))
         out_dtype = np.float64 if soft else np.int64
         result = np.zeros((n_inputs, self.n_classes), dtype=out_dtype)
         ends = np.cumsum(n_samples)
@@ -475,8 +503,13 @@ class MonteCarloEngine:
         else:
             parts = Parallel(n_jobs=self.n_jobs, prefer="threads")(
                 delayed(self._run_batches)(plan, run) for run in runs if len(run))
-        for first, partial in parts:
+        for first, partial, _ in parts:
             result[first:first + len(partial)] += partial
+        undefined = sum(part[2] for part in parts)
+        if undefined:
+            warnings.warn(f"The module returned NaN logits for {undefined} of {total} noisy copies; they vote for no "
+                          f"class (counted against every class, so the certificates stay sound). Check the model "
+                          f"for NaN weights or overflow at these noise levels.", RuntimeWarning, stacklevel=4)
         return result
 
     def _ids(self, n_inputs):
@@ -492,8 +525,10 @@ class MonteCarloEngine:
     def _run_batches(self, plan, batch_starts):
         """Sum counts (or softmax) over the given batches of the packed plan.
 
-        Returns the index of the first input touched and an array of shape
-        (n_touched, n_classes) for the inputs ``first .. first + n_touched - 1``.
+        Returns the index of the first input touched, an array of shape
+        (n_touched, n_classes) for the inputs ``first .. first + n_touched - 1``,
+        and the number of copies whose output had no class (NaN logits; in soft
+        mode, a softmax that is not finite), which add nothing.
         """
         X, sigma, starts, ends, ends_t, input_ids, key, total, soft = plan
         first = int(np.searchsorted(ends, batch_starts[0], side="right"))
@@ -506,7 +541,7 @@ class MonteCarloEngine:
         noise = torch.empty((min(self.batch_size, total),) + tuple(X.shape[1:]), dtype=noise_dtype, device=self.device,
                             memory_format=torch.channels_last if accelerated and X.dim() == 4
                             else torch.contiguous_format)
-        ones = torch.ones(len(noise), dtype=torch.int64, device=self.device)
+        undefined = torch.zeros((), dtype=torch.int64, device=self.device)
         source = _NoiseSource(key, X.shape[1:], noise_dtype, self.device, accelerated)
         for batch_start in batch_starts:
             batch_start = int(batch_start)
@@ -539,12 +574,18 @@ class MonteCarloEngine:
                                  f"input; expected n_classes={self.n_classes} (logits of shape (batch, "
                                  f"{self.n_classes})); for a fitted estimator: was module_ replaced after fit?")
             window = accumulator[(lo - first) * self.n_classes:(hi - first) * self.n_classes]
+            # The base classifier is undefined on a copy with NaN logits (torch's argmax would pick the NaN's
+            # index): it votes for no class, which can only lower each class's count, so every bound stays sound.
             if soft:
+                probabilities = torch.softmax(logits.double(), dim=1)
+                defined = torch.isfinite(probabilities).all(dim=1)
                 cells = (slot.view(-1, 1) + torch.arange(self.n_classes, device=self.device)).expand(len(noisy), -1)
-                window.index_add_(0, cells.reshape(-1), torch.softmax(logits.double(), dim=1).view(-1))
+                window.index_add_(0, cells.reshape(-1), probabilities.nan_to_num_(0.0).view(-1))
             else:
+                defined = ~torch.isnan(logits).any(dim=1)
                 # index_add_ rather than bincount, which synchronises with the host on CUDA.
-                window.index_add_(0, slot + logits.argmax(dim=1), ones[:len(noisy)])
+                window.index_add_(0, slot + logits.argmax(dim=1), defined.to(torch.int64))
+            undefined += len(noisy) - defined.sum()
             if self.progress is not None:
                 self.progress.update(batch_end - batch_start)
-        return first, accumulator.view(-1, self.n_classes).cpu().numpy()
+        return first, accumulator.view(-1, self.n_classes).cpu().numpy(), int(undefined)

@@ -276,6 +276,44 @@ class TestModuleOutputWidth:
             sample(X, sigma=0.1, n_samples=10, stage=(1,))
 
 
+class NaNWherePositive(torch.nn.Module):
+    """(n, 1) -> (n, 2) logits: NaN where x_0 > 0 (a module undefined there), else class 0."""
+
+    def forward(self, x):
+        logits = torch.zeros((len(x), 2))
+        logits[:, 0] = 1.0
+        logits[x[:, 0] > 0] = float("nan")
+        return logits
+
+
+class TestUndefinedOutputs:
+    # A copy whose logits are NaN has no class: it must not vote for one (torch's
+    # argmax would give it the NaN's index), else a broken model is certified.
+    def test_copies_with_nan_logits_vote_for_no_class_with_a_warning(self):
+        X = torch.zeros((3, 1))
+        engine = MonteCarloEngine(NaNWherePositive(), n_classes=2, batch_size=100, root_seed=0)
+        with pytest.warns(RuntimeWarning, match=r"NaN logits for \d+ of 1500 noisy copies"):
+            counts = engine.class_counts(X, sigma=1.0, n_samples=500, stage=(1,))
+        # The copies with x + noise <= 0 (the same streams standard_normal draws) vote class 0; the rest, none.
+        below = (engine.standard_normal(X, 500, (1,))[:, :, 0] <= 0).sum(dim=1).numpy()
+        np.testing.assert_array_equal(counts, np.stack([below, np.zeros(3, dtype=np.int64)], axis=1))
+        with pytest.warns(RuntimeWarning, match="NaN logits"):
+            soft = engine.mean_softmax(X, sigma=1.0, n_samples=500, stage=(1,))
+        np.testing.assert_allclose(soft[:, 0], counts[:, 0] / 500 * (np.e / (np.e + 1)), rtol=1e-12)
+        np.testing.assert_allclose(soft[:, 1], counts[:, 0] / 500 / (np.e + 1), rtol=1e-12)
+
+    @pytest.mark.parametrize("sigma", [np.nan, 0.0, -1.0, np.inf, 1e38])
+    def test_a_sigma_that_is_not_positive_or_overflows_the_noise_is_refused(self, sigma):
+        engine = MonteCarloEngine(Buckets(), n_classes=3, batch_size=100, root_seed=0)
+        with pytest.raises(ValueError, match=r"sigma must be positive and at most 3\.4\d*e\+37 for float32 noise"):
+            engine.class_counts(torch.zeros((2, 1)), sigma=[1.0, sigma], n_samples=10, stage=(1,))
+
+    def test_float64_inputs_take_larger_sigmas(self):
+        engine = MonteCarloEngine(Buckets(), n_classes=3, batch_size=100, root_seed=0)
+        counts = engine.class_counts(torch.zeros((1, 1), dtype=torch.float64), sigma=1e38, n_samples=10, stage=(1,))
+        assert counts.sum() == 10
+
+
 class TestMeanSoftmax:
     def test_rows_sum_to_one_and_match_counts_for_confident_models(self, inputs):
         X, x, sigma = inputs

@@ -9,6 +9,7 @@ from sklearn.exceptions import NotFittedError
 
 from smoothsk import ABSTAIN
 from smoothsk.sigma import CertifiedSigmaSelector, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
+from smoothsk.sigma._base import BaseSigmaSearch, SigmaSearchResult
 from smoothsk._stages import SEARCH_STAGE
 
 SEARCHES = [
@@ -46,6 +47,26 @@ def test_searches_draw_only_search_stage_noise(linear_data, search):
     engine.stages = []
     search.search(engine.restricted(np.arange(20)), torch.from_numpy(linear_data[0][:20]))
     assert engine.stages and all(stage[0] == SEARCH_STAGE for stage in engine.stages)
+
+
+class ReturnsForFirstInput(BaseSigmaSearch):
+    """A search answering ``sigma`` for the first input and 0.5 for the others (a user's, or one gone wrong)."""
+
+    def __init__(self, sigma=0.5):
+        self.sigma = sigma
+
+    def _search(self, engine, X, y):
+        sigma = np.full(len(X), 0.5)
+        sigma[0] = self.sigma
+        return SigmaSearchResult(sigma, np.ones(len(X), dtype=np.int64))
+
+
+@pytest.mark.parametrize("sigma", [np.nan, 0.0, -0.5, np.inf])
+def test_a_sigma_that_is_not_finite_and_positive_is_refused_naming_the_search(sigma):
+    engine = StageSpy(LinearLogits(SEARCH_WEIGHT).eval(), 2, 1000)
+    with pytest.raises(ValueError, match=rf"ReturnsForFirstInput\(sigma={sigma}\) chose sigma={sigma} for input 0; "
+                                         r"a noise level must be finite and positive"):
+        ReturnsForFirstInput(sigma).search(engine, torch.zeros((3, 4)))
 
 
 @pytest.mark.parametrize("as_tensor", [False, True])

@@ -62,8 +62,14 @@ class BaseSigmaSearch(Component):
         if y is not None:
             y = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.int64)
         result = self._search(engine, X, y)
-        return SigmaSearchResult(np.asarray(result.sigma, dtype=np.float64),
-                                 np.asarray(result.steps, dtype=np.int64))
+        sigma = np.asarray(result.sigma, dtype=np.float64)
+        bad = np.flatnonzero(~(np.isfinite(sigma) & (sigma > 0)))
+        if len(bad):
+            # Before any certification: a NaN, infinite or non-positive sigma has no certificate (and a region
+            # allocator would store it).
+            raise ValueError(f"{self!r} chose sigma={float(sigma[bad[0]])!r} for input {bad[0]}; a noise level must be "
+                             f"finite and positive.")
+        return SigmaSearchResult(sigma, np.asarray(result.steps, dtype=np.int64))
 
     @abstractmethod
     def _search(self, engine, X, y):
