@@ -84,18 +84,41 @@ def check_training_data(estimator, X, y, reset):
     X = check_inputs(estimator, X, reset)
     if y is None:
         raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None.")
-    y = np.asarray(y)
-    if y.ndim == 2 and y.shape[1] == 1:
-        warnings.warn("A column-vector y was passed when a 1d array was expected; it is raveled "
-                      "to shape (n_samples,).", DataConversionWarning, stacklevel=4)
-        y = y.ravel()
-    if y.ndim != 1:
-        raise ValueError(f"y must be one label per input (shape (n,)), got shape {y.shape}.")
-    if len(y) != len(X):
-        raise ValueError(f"X and y have inconsistent numbers of samples: X has {len(X)} inputs "
-                         f"but y has {len(y)} labels; expected one label per input.")
+    y = check_label_vector(y, len(X), "y", stacklevel=5)
     check_classification_targets(y)
     return X, y
+
+
+def check_label_vector(y, n_inputs, name, stacklevel=3, unit="label"):
+    """One label (or value) per input: a column vector raveled with a ``DataConversionWarning``, any other shape refused.
+
+    Parameters
+    ----------
+    y : array-like, shape (n_inputs,) or (n_inputs, 1)
+    n_inputs : int or None
+        The number of inputs ``y`` must label; None: any.
+    name : str
+        What ``y`` is called in the messages.
+    stacklevel : int, default=3
+        Of the warning (3: the caller's caller).
+    unit : str, default="label"
+        What one entry is called in the messages.
+
+    Returns
+    -------
+    y : ndarray, shape (n_inputs,)
+    """
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        warnings.warn(f"A column-vector {name} was passed when a 1d array was expected; it is raveled "
+                      "to shape (n_samples,).", DataConversionWarning, stacklevel=stacklevel)
+        y = y.ravel()
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be one {unit} per input (shape (n,)), got shape {y.shape}.")
+    if n_inputs is not None and len(y) != n_inputs:
+        raise ValueError(f"X and {name} have inconsistent numbers of samples: X has {n_inputs} inputs "
+                         f"but {name} has {len(y)} {unit}s; expected one {unit} per input.")
+    return y
 
 
 def check_classes(classes, source):

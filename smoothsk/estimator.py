@@ -570,9 +570,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         -------
         float
         """
-        y = np.asarray(y)
-        if len(y) != len(X):
-            raise ValueError(f"X has {len(X)} inputs but y has {len(y)} labels.")
+        y = _validation.check_label_vector(y, len(X), "y")
+        if sample_weight is not None:
+            sample_weight = _validation.check_label_vector(sample_weight, len(X), "sample_weight",
+                                                             unit="weight").astype(np.float64)
         prediction = self.predict(X).astype(object)
         # Compared as objects: ABSTAIN (-1) next to string labels is neither a
         # match nor a "mix of label types" error; an abstention is wrong even against a label -1.

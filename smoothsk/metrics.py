@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from ._validation import check_label_vector
 from .certificates import ABSTAIN
 from .pipeline import _split, certify
 
@@ -25,8 +26,9 @@ def _correct_radius(y_true, prediction, radius):
 
     NaN compares false with every threshold, ``-inf`` included.
     """
-    y_true, prediction = np.asarray(y_true), np.asarray(prediction)
-    radius = np.asarray(radius, dtype=np.float64)
+    y_true = check_label_vector(y_true, None, "y_true", stacklevel=4)
+    prediction = check_label_vector(prediction, None, "prediction", stacklevel=4)
+    radius = check_label_vector(radius, None, "radius", stacklevel=4, unit="radius").astype(np.float64)
     if not (len(y_true) == len(prediction) == len(radius)):
         raise ValueError(f"y_true, prediction and radius must have the same length; got "
                          f"{len(y_true)}, {len(prediction)} and {len(radius)}.")

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from sklearn.exceptions import DataConversionWarning
 
 from smoothsk import ABSTAIN, certify, metrics
 from smoothsk.metrics import (
@@ -65,6 +66,12 @@ class TestMetrics:
         # p_lower = 1 (all n samples for the class at alpha -> 1, or a constant model) gives radius inf.
         assert average_certified_radius([0, 1], [0, 0], [np.inf, np.inf]) == np.inf
         assert certified_accuracy([0, 1], [0, 0], [np.inf, np.inf], 1e300) == 0.5
+
+    def test_a_column_vector_of_true_labels_is_raveled_with_a_warning(self):
+        with pytest.warns(DataConversionWarning, match="column-vector y_true"):
+            assert average_certified_radius(np.asarray(Y)[:, None], PREDICTION, RADIUS) == pytest.approx(2.25 / 5)
+        with pytest.raises(ValueError, match=r"y_true must be one label per input \(shape \(n,\)\), got shape"):
+            certified_accuracy(np.stack([Y, Y], axis=1), PREDICTION, RADIUS, 0.0)
 
     def test_string_labels_with_abstentions(self):
         y = np.array(["cat", "dog", "dog"])

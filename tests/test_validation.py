@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_digits_classifier
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import DataConversionWarning, NotFittedError
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.models import DigitsCNN
@@ -121,12 +121,23 @@ class TestValidation:
         assert calls == []
         assert_same_state(clf, before)
 
-    def test_score_refuses_labels_of_another_length_before_sampling(self, clf):
+    @pytest.mark.parametrize("y, sample_weight, message", [
+        pytest.param([0, 1], None, "X has 3 inputs but y has 2 labels", id="y-length"),
+        pytest.param([[0, 1]] * 3, None, r"y must be one label per input \(shape \(n,\)\), got shape \(3, 2\)",
+                     id="y-shape"),
+        pytest.param([0, 1, 1], [1.0, 2.0], "X has 3 inputs but sample_weight has 2 weights", id="weight-length"),
+    ])
+    def test_score_refuses_labels_or_weights_of_another_shape_before_sampling(self, clf, y, sample_weight, message):
         before, calls = state_of(clf), count_forward_calls(clf)
-        with pytest.raises(ValueError, match="X has 3 inputs but y has 2 labels"):
-            clf.score(good_X(), [0, 1])
+        with pytest.raises(ValueError, match=message):
+            clf.score(good_X(), y, sample_weight=sample_weight)
         assert calls == []
         assert_same_state(clf, before)
+
+    def test_score_ravels_a_column_vector_y_with_a_warning(self, clf):
+        y = np.array([0, 1, 1])
+        with pytest.warns(DataConversionWarning, match="column-vector y"):
+            assert clf.score(good_X(), y[:, None]) == clf.score(good_X(), y)
 
     def test_flat_inputs_of_the_right_size_are_accepted(self, clf):
         X = good_X()
