@@ -90,7 +90,7 @@ def check_training_data(estimator, X, y, reset):
 
 
 def check_label_vector(y, n_inputs, name, stacklevel=3, unit="label"):
-    """One label (or value) per input: a column vector raveled with a ``DataConversionWarning``, any other shape refused.
+    """One label (or value) per input: a column vector raveled with a warning, any other shape refused.
 
     Parameters
     ----------
