@@ -629,9 +629,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         with tqdm(desc="certify", unit=" noisy samples", unit_scale=True, mininterval=1.0,
                   disable=not self.verbose, file=sys.stderr) as progress:
             if checkpoint is None:
-                certificates = self._certify_rows(X, np.arange(len(X)), components,
-                                                  self._seed(_stages.CERTIFY_SALT), progress,
-                                                  self.regions_)
+                with self.regions_.transaction():
+                    certificates = self._certify_rows(X, np.arange(len(X)), components,
+                                                      self._seed(_stages.CERTIFY_SALT), progress,
+                                                      self.regions_)
             else:
                 certificates = self._certify_with_checkpoint(X, components, checkpoint, every, progress,
                                                              keep_checkpoint)

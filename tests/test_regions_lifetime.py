@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk.engine import MonteCarloEngine
 from smoothsk.regions import MemoryAllocator, NoRegions, OnlineBallAllocator, RegionStore, TransductiveLPAllocator
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
@@ -190,6 +191,37 @@ def test_a_store_made_in_another_precision_is_refused_or_cleared(allocator):
     assert clf.regions_.autocast == "bfloat16"
     clf.set_params(certify_autocast="bfloat16")  # the same precision keeps the store
     assert len(clf.regions_) > 0
+
+
+@pytest.mark.parametrize("allocator", REGION_ALLOCATORS, ids=repr)
+def test_a_failed_certify_leaves_the_store_as_it_was(allocator, make_linear_classifier, monkeypatch):
+    """An error in a call's last sampling (out of memory, Ctrl-C) keeps nothing of the call: its rerun is the call."""
+    X = (np.random.default_rng(1).normal(size=(2, 30, 2)) * 0.3 + [0.5, 0.5]).astype(np.float32)
+    reference = make_linear_classifier([0.6, 0.8], 0.1, n=100, n0=10, allocator=allocator)
+    reference.certify(X[0])
+    calls = []
+    original = MonteCarloEngine.class_counts
+    monkeypatch.setattr(MonteCarloEngine, "class_counts", lambda *args: calls.append(1) or original(*args))
+    expected = reference.certify(X[1])
+    n_calls = len(calls)
+    clf = make_linear_classifier([0.6, 0.8], 0.1, n=100, n0=10, allocator=allocator)
+    clf.certify(X[0])
+    before = clf.regions_.digest()
+
+    def fail_on_the_last_call(*args):
+        calls.append(1)
+        if len(calls) == n_calls:
+            raise RuntimeError("out of memory")
+        return original(*args)
+
+    calls.clear()
+    monkeypatch.setattr(MonteCarloEngine, "class_counts", fail_on_the_last_call)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        clf.certify(X[1])
+    assert clf.regions_.digest() == before
+    monkeypatch.setattr(MonteCarloEngine, "class_counts", original)
+    for found, wanted in zip(clf.certify(X[1]), expected):
+        np.testing.assert_array_equal(found, wanted)
 
 
 def test_digest_follows_contents():

@@ -1,5 +1,7 @@
 """The robust regions an estimator has allocated (its ``regions_``), and whose they are."""
 
+import contextlib
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 
@@ -175,6 +177,23 @@ class RegionStore:
         self.predictions = np.concatenate([self.predictions, np.asarray(predictions, dtype=np.int64)])
         self.p_lowers = np.concatenate([self.p_lowers, np.asarray(p_lowers, dtype=np.float64)])
         return np.arange(start, len(self))
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """Undo every change to the store made in the ``with`` block if the block raises.
+
+        A certify call that fails (out of memory, an interrupt) must leave no
+        region whose certificate was never returned, nor a spent call number,
+        so that its rerun is the call. The snapshot is shallow: the store's
+        arrays are never written in place, only replaced (:meth:`append`).
+        """
+        saved = dataclasses.replace(self)
+        try:
+            yield self
+        except BaseException:
+            for field in dataclasses.fields(self):
+                setattr(self, field.name, getattr(saved, field.name))
+            raise
 
     def count_call(self):
         """Count one ``allocate`` call on the store.
