@@ -60,9 +60,11 @@ class MemoryAllocator(RegionAllocator):
 
     and it is added to the memory. Regions of the same class may overlap.
     An input identical to a remembered centre gets the remembered answer
-    without sampling. ``ABSTAIN`` is treated as a class (an abstained input
-    is remembered as the point region of its centre), so a later region
-    never covers an earlier abstention.
+    without sampling. ``ABSTAIN`` is treated as a class (an input that
+    abstains at its own sigma is remembered as the point region of its
+    centre), so a later region never covers such an abstention; an input
+    that abstains after taking a region's class adds no region, and a later
+    region may cover it.
 
     Notes
     -----
@@ -81,7 +83,10 @@ class MemoryAllocator(RegionAllocator):
 
     1. (consistency, with probability one) every later answer of ``G`` at a
        point of ``B(x, r)``, by ``certify`` or ``predict``, is ``c``, and no
-       earlier answer of another class lies in ``B(x, r)``. This holds by
+       earlier remembered answer of another class (an earlier ``certify``'s,
+       except an abstention after taking a region's class) lies in
+       ``B(x, r)``; ``predict`` remembers nothing, so an earlier ``predict``
+       answer in ``B(x, r)`` may differ from ``c``. This holds by
        construction, whatever the Monte Carlo outcomes (DDRS App. C: it
        would hold for any radii).
     2. (link to the smoothed classifier, with probability at least
