@@ -60,9 +60,15 @@ class TensorBatches:
     shuffle : bool
     generator : torch.Generator or None
         Source of the shuffling permutation.
+    drop_last : bool, default=False
+        Leave out the last batch if it is short (as ``DataLoader``'s option:
+        BatchNorm refuses a training batch of one sample).
     """
 
-    def __init__(self, dataset, batch_size, shuffle, generator):
+    #: The ``iterator_train__*`` / ``iterator_valid__*`` options the batches take (``DataLoader``'s names).
+    OPTIONS = ("batch_size", "shuffle", "drop_last")
+
+    def __init__(self, dataset, batch_size, shuffle, generator, drop_last=False):
         if isinstance(dataset, Subset):
             self.positions = torch.as_tensor(np.asarray(dataset.indices), dtype=torch.int64)
             dataset = dataset.dataset
@@ -72,15 +78,18 @@ class TensorBatches:
         self.batch_size = len(self.positions) if batch_size == -1 else batch_size
         self.shuffle = shuffle
         self.generator = generator
+        self.drop_last = drop_last
 
     def __len__(self):
+        if self.drop_last:
+            return len(self.positions) // self.batch_size
         return -(-len(self.positions) // self.batch_size)
 
     def __iter__(self):
         positions = self.positions
         if self.shuffle:
             positions = positions[torch.randperm(len(positions), generator=self.generator)]
-        for start in range(0, len(positions), self.batch_size):
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
             index = positions[start:start + self.batch_size]
             if self.dataset.y is None:  # skorch's forward/infer on inputs alone
                 yield self.dataset.X[index], None

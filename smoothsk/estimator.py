@@ -307,6 +307,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             raise TypeError(f"{type(self).__name__} does not support sample_weight: the training "
                             "loss weighs every sample equally; resample the data instead.")
         components = self._validate_smoothing_params()
+        self._check_iterator_options()
         self._check_device_available()
         X, y = _validation.check_training_data(self, X, y, reset)
         if classes is not None:
@@ -413,7 +414,17 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         kwargs = self.get_params_for("iterator_train" if training else "iterator_valid")
         shuffle = kwargs.get("shuffle", training)
         return TensorBatches(dataset, kwargs.get("batch_size", self.batch_size), shuffle,
-                              getattr(self, "shuffle_generator_", None))
+                              getattr(self, "shuffle_generator_", None), kwargs.get("drop_last", False))
+
+    def _check_iterator_options(self):
+        """Refuse ``iterator_train__*``/``iterator_valid__*`` options the default tensor batches would ignore."""
+        for prefix in ("iterator_train", "iterator_valid"):
+            if getattr(self, prefix) is not DataLoader:
+                continue  # a custom iterator gets every option (skorch's get_iterator)
+            for key in sorted(set(self.get_params_for(prefix)) - set(TensorBatches.OPTIONS)):
+                raise ValueError(f"{prefix}__{key} is not an option of smoothsk's training batches, which slice "
+                                 f"the tensors in memory and take only {', '.join(TensorBatches.OPTIONS)}; for "
+                                 f"DataLoader's other options set {prefix} to a DataLoader subclass.")
 
     def _batch_loss(self, batch):
         X, y, index = (part.to(self.device) for part in batch)

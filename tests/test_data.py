@@ -1,6 +1,7 @@
 """The estimator's tensor data pipeline: slicing batches and input identifiers."""
 
 import numpy as np
+import pytest
 import torch
 from torch.utils.data import Subset
 
@@ -33,6 +34,11 @@ class TestTensorBatches:
             return next(iter(batches))[2].tolist()
 
         assert order(3) == order(3) and order(3) != order(4)
+
+    @pytest.mark.parametrize("shuffle", [False, True])
+    def test_drop_last_drops_the_short_batch(self, shuffle):
+        batches = TensorBatches(_dataset(), 4, shuffle, torch.Generator().manual_seed(0), drop_last=True)
+        assert len(batches) == 2 and [len(index) for _, _, index in batches] == [4, 4]
 
     def test_inputs_without_labels_come_alone(self):
         batches = TensorBatches(IndexedTensorDataset(torch.zeros(5, 2), None), 2, shuffle=False, generator=None)

@@ -334,6 +334,16 @@ class TestUsedByFlows:
         _, twice, again = clf.certify(X[[4, 4]], return_details=True)
         assert twice[0] == twice[1] == radius[4] and again.p_lower[0] == details.p_lower[4]
 
+    def test_iterator_train_drop_last_is_honoured(self, digits):
+        # 65 inputs at batch_size=32: the last batch holds one input, which BatchNorm refuses in training.
+        X, y = digits
+        module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.BatchNorm1d(16),
+                                     torch.nn.ReLU(), torch.nn.Linear(16, 10))
+        clf = SampleWiseSmoothedClassifier(module, max_epochs=1, batch_size=32, train_split=None, random_state=0,
+                                           iterator_train__drop_last=True)
+        clf.fit(X[:65], y[:65])
+        assert clf.history[-1, "batches", -1, "train_batch_size"] == 32 and len(clf.history[-1, "batches"]) == 2
+
     def test_skorch_forward_gives_base_logits(self, make_linear_classifier):
         clf = make_linear_classifier((1.0, 2.0), 0.5)
         X = np.array([[1.0, 1.0], [-1.0, -1.0]], dtype=np.float32)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_digits_classifier
+from sklearn.base import clone
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -201,6 +202,15 @@ class TestValidation:
                 "score": (good_X(), [0, 1, 1]), "reset_regions": ()}[method]
         with pytest.raises(NotFittedError, match="SampleWiseSmoothedClassifier instance is not fitted"):
             getattr(clf, method)(*args)
+
+    @pytest.mark.parametrize("key", ["iterator_train__num_workers", "iterator_train__sampler",
+                                     "iterator_valid__collate_fn"])
+    @pytest.mark.parametrize("method", ["fit", "partial_fit"])
+    def test_iterator_options_the_tensor_batches_do_not_take_are_refused(self, clf, key, method):
+        unfitted = clone(clf).set_params(**{key: 2})
+        with pytest.raises(ValueError, match=rf"{key} is not an option of smoothsk's training batches"):
+            getattr(unfitted, method)(good_X(), [0, 1, 1])
+        assert not hasattr(unfitted, "module_")
 
     def test_sample_weight_is_refused(self, clf):
         before = state_of(clf)
