@@ -27,6 +27,23 @@ __all__ = [
 ]
 
 
+def _checked_counts(n_success, n_total, alpha):
+    """The counts as float arrays; refused unless ``0 <= n_success <= n_total`` and alpha is in [0, 1]."""
+    n_success = np.asarray(n_success, dtype=np.float64)
+    n_total = np.asarray(n_total, dtype=np.float64)
+    if not np.all((n_success >= 0) & (n_success <= n_total)):
+        raise ValueError(f"n_success must lie in [0, n_total] for every input; got n_success={n_success.tolist()} "
+                         f"and n_total={n_total.tolist()}.")
+    _check_level(alpha, "alpha")
+    return n_success, n_total
+
+
+def _check_level(alpha, name):
+    """Refuse a failure probability (scalar or per input) outside [0, 1]."""
+    if not np.all((np.asarray(alpha, dtype=np.float64) >= 0) & (np.asarray(alpha, dtype=np.float64) <= 1)):
+        raise ValueError(f"{name} must be a probability in [0, 1]; got {np.asarray(alpha).tolist()}.")
+
+
 def clopper_pearson_lower(n_success, n_total, alpha):
     """One-sided ``(1 - alpha)`` Clopper-Pearson lower bound on a binomial proportion.
 
@@ -50,8 +67,7 @@ def clopper_pearson_lower(n_success, n_total, alpha):
     >>> float(clopper_pearson_lower(99000, 100000, 0.001))
     0.9889893403774748
     """
-    n_success = np.asarray(n_success, dtype=np.float64)
-    n_total = np.asarray(n_total, dtype=np.float64)
+    n_success, n_total = _checked_counts(n_success, n_total, alpha)
     with np.errstate(invalid="ignore"):
         lower = stats.beta.ppf(alpha, n_success, n_total - n_success + 1)
     return np.where(n_success > 0, lower, 0.0)
@@ -73,8 +89,7 @@ def clopper_pearson_interval(n_success, n_total, alpha):
         Bounds in [0, 1]; ``lower`` is 0 where ``n_success == 0`` and
         ``upper`` is 1 where ``n_success == n_total``.
     """
-    n_success = np.asarray(n_success, dtype=np.float64)
-    n_total = np.asarray(n_total, dtype=np.float64)
+    n_success, n_total = _checked_counts(n_success, n_total, alpha)
     n_fail = n_total - n_success
     with np.errstate(invalid="ignore"):
         lower = stats.beta.ppf(alpha / 2, n_success, n_fail + 1)
@@ -159,6 +174,9 @@ def certified_radius(sigma, p_lower):
     """
     sigma = np.asarray(sigma, dtype=np.float64)
     p_lower = np.asarray(p_lower, dtype=np.float64)
+    if not np.all(sigma > 0):
+        raise ValueError(f"sigma must be positive; got {sigma.tolist()}.")
+    _check_level(p_lower, "p_lower")
     return np.where(abstains(p_lower), 0.0, gaussian_radius(sigma, p_lower))
 
 
@@ -265,6 +283,7 @@ def binomial_abstains(count_top, count_second, alpha):
     """
     count_top = np.asarray(count_top, dtype=np.int64)
     count_second = np.asarray(count_second, dtype=np.int64)
+    _check_level(alpha, "alpha")
     n_trials = count_top + count_second
     # Under p = 1/2 the binomial law is symmetric, so the two-sided p-value of
     # scipy.stats.binomtest is exactly min(1, 2 * cdf(min(k, n - k))).

@@ -245,3 +245,25 @@ class TestBinomialAbstains:
         top = rng.binomial(200, 0.5, size=trials)
         predicted = int((~binomial_abstains(top, 200 - top, alpha)).sum())
         assert predicted <= stats.binom.ppf(1 - 1e-6, trials, alpha)
+
+
+class TestInvalidArguments:
+    @pytest.mark.parametrize("call, message", [
+        pytest.param(lambda: clopper_pearson_lower(11, 10, 0.05), r"n_success must lie in \[0, n_total\]",
+                     id="lower-more-successes-than-trials"),
+        pytest.param(lambda: clopper_pearson_lower(-1, 10, 0.05), r"n_success must lie in \[0, n_total\]",
+                     id="lower-negative"),
+        pytest.param(lambda: clopper_pearson_lower(5, 10, 1.5), r"alpha must be a probability in \[0, 1\]",
+                     id="lower-alpha"),
+        pytest.param(lambda: clopper_pearson_interval([5, 12], [10, 10], 0.05), r"n_success must lie in",
+                     id="interval"),
+        pytest.param(lambda: certified_radius(-0.5, 0.9), "sigma must be positive", id="radius-sigma"),
+        pytest.param(lambda: certified_radius(0.5, 1.2), r"p_lower must be a probability in \[0, 1\]",
+                     id="radius-p"),
+        pytest.param(lambda: binomial_abstains([600], [400], 2.0), r"alpha must be a probability in \[0, 1\]",
+                     id="predict-alpha"),
+    ])
+    def test_is_refused_naming_it(self, call, message):
+        # Each used to return NaN, a negative radius, or a test that never abstains.
+        with pytest.raises(ValueError, match=message):
+            call()
