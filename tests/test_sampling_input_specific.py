@@ -235,7 +235,8 @@ class TestInputSpecificSamplerCertify:
 
     @pytest.mark.parametrize("p, sigma, alpha, message", [
         (1.2, 0.5, 0.001, "p must be probabilities"), (-0.1, 0.5, 0.001, "p must be probabilities"),
-        (0.9, 0.0, 0.001, "sigma must be positive"), (0.9, 0.5, 0.0, "alpha must be in"),
+        (0.9, 0.0, 0.001, "sigma must be finite and positive"),
+        (0.9, np.inf, 0.001, "sigma must be finite and positive"), (0.9, 0.5, 0.0, "alpha must be in"),
         (0.9, 0.5, 1.0, "alpha must be in")])
     def test_invalid_sample_size_arguments(self, p, sigma, alpha, message):
         with pytest.raises(ValueError, match=message):

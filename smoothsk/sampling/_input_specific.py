@@ -331,8 +331,8 @@ class InputSpecificSampler(BaseTwoStageSampler):
         p, sigma = np.broadcast_arrays(np.asarray(p, dtype=np.float64), np.asarray(sigma, dtype=np.float64))
         if not np.all((p >= 0) & (p <= 1)):
             raise ValueError("p must be probabilities in [0, 1].")
-        if not np.all(sigma > 0):
-            raise ValueError("sigma must be positive.")
+        if not np.all(np.isfinite(sigma) & (sigma > 0)):
+            raise ValueError(f"sigma must be finite and positive; got {sigma.tolist()}.")
         if not 0 < alpha < 1:
             raise ValueError(f"alpha must be in (0, 1); got {alpha!r}.")
         flat = p.ravel()
