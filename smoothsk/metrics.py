@@ -32,6 +32,11 @@ def _correct_radius(y_true, prediction, radius):
     if not (len(y_true) == len(prediction) == len(radius)):
         raise ValueError(f"y_true, prediction and radius must have the same length; got "
                          f"{len(y_true)}, {len(prediction)} and {len(radius)}.")
+    if len(radius) == 0:
+        raise ValueError("y_true, prediction and radius are empty; the metrics need at least one input.")
+    if not np.all(radius >= 0):
+        raise ValueError(f"radius must be >= 0 for every input (0 where abstained); got "
+                         f"{float(radius[~(radius >= 0)][0])!r} for input {np.flatnonzero(~(radius >= 0))[0]}.")
     correct = np.array([p == t and p != ABSTAIN for p, t in zip(prediction.tolist(), y_true.tolist())],
                        dtype=bool)
     return np.where(correct, radius, np.nan)
@@ -47,7 +52,7 @@ def average_certified_radius(y_true, prediction, radius):
     prediction : array-like, shape (n_inputs,)
         Certified labels (``ABSTAIN`` counts as wrong).
     radius : array-like of float, shape (n_inputs,)
-        Certified radii.
+        Certified radii, >= 0 (``inf`` allowed).
 
     Returns
     -------
@@ -70,7 +75,7 @@ def certified_accuracy(y_true, prediction, radius, r):
     y_true, prediction, radius : array-like, shape (n_inputs,)
         As in :func:`average_certified_radius`.
     r : float
-        Radius threshold.
+        Radius threshold, finite and >= 0.
 
     Returns
     -------
@@ -81,7 +86,7 @@ def certified_accuracy(y_true, prediction, radius, r):
     >>> certified_accuracy([0, 1, 1], [0, 1, 0], [0.5, 1.0, 2.0], 0.75)
     0.3333333333333333
     """
-    return float(np.mean(_correct_radius(y_true, prediction, radius) >= r))
+    return float(np.mean(_correct_radius(y_true, prediction, radius) >= _threshold(r, "r")))
 
 
 def certified_accuracy_curve(y_true, prediction, radius, radii):
@@ -91,13 +96,28 @@ def certified_accuracy_curve(y_true, prediction, radius, radii):
     ----------
     y_true, prediction, radius : array-like, shape (n_inputs,)
     radii : array-like of float, shape (n_radii,)
+        Radius thresholds, each finite and >= 0.
 
     Returns
     -------
     ndarray of float, shape (n_radii,)
     """
     correct_radius = _correct_radius(y_true, prediction, radius)
-    return (correct_radius[None, :] >= np.asarray(radii, dtype=np.float64)[:, None]).mean(axis=1)
+    if np.ndim(radii) != 1:
+        raise ValueError(f"radii must be a 1-d array of radius thresholds; got shape {np.shape(radii)}.")
+    radii = np.array([_threshold(r, "radii") for r in radii])
+    return (correct_radius[None, :] >= radii[:, None]).mean(axis=1)
+
+
+def _threshold(r, name):
+    """A radius threshold as a float, refused unless a finite number >= 0."""
+    try:
+        value = float(r)
+    except (TypeError, ValueError):
+        value = np.nan
+    if not (np.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be finite and >= 0; got {r!r}.")
+    return value
 
 
 def acr_scorer(estimator, X, y):
@@ -123,6 +143,8 @@ def make_certified_accuracy_scorer(r):
     -------
     callable
     """
+    r = _threshold(r, "r")
+
     def scorer(estimator, X, y):
         prediction, radius = certify(estimator, X)
         return certified_accuracy(y, prediction, radius, r)
@@ -220,9 +242,8 @@ def certification_scorers(radii):
         same name.
     """
     thresholds = {}
-    for r in map(float, radii):
-        if not (np.isfinite(r) and r >= 0):
-            raise ValueError(f"radii must be finite and >= 0; got {r!r}.")
+    for r in radii:
+        r = _threshold(r, "radii")
         name = f"certified_accuracy_at_{r:g}"
         if thresholds.get(name, r) != r:
             raise ValueError(f"radii {thresholds[name]!r} and {r!r} both give the scorer name {name!r}; "

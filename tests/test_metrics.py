@@ -57,11 +57,6 @@ class TestMetrics:
         assert certified_accuracy([ABSTAIN, 1], [ABSTAIN, 1], [0.0, 0.3], 0.0) == 0.5
         assert average_certified_radius([ABSTAIN, 1], [ABSTAIN, 1], [0.0, 0.3]) == pytest.approx(0.15)
 
-    def test_a_wrong_prediction_never_counts_whatever_the_threshold(self):
-        assert certified_accuracy([0, 1], [1, 1], [0.3, 0.3], -np.inf) == 0.5
-        np.testing.assert_array_equal(certified_accuracy_curve([0, 1], [1, 1], [0.3, 0.3], [-np.inf, 0.0]),
-                                      [0.5, 0.5])
-
     def test_an_infinite_radius_counts_as_infinite(self):
         # p_lower = 1 (all n samples for the class at alpha -> 1, or a constant model) gives radius inf.
         assert average_certified_radius([0, 1], [0, 0], [np.inf, np.inf]) == np.inf
@@ -72,6 +67,27 @@ class TestMetrics:
             assert average_certified_radius(np.asarray(Y)[:, None], PREDICTION, RADIUS) == pytest.approx(2.25 / 5)
         with pytest.raises(ValueError, match=r"y_true must be one label per input \(shape \(n,\)\), got shape"):
             certified_accuracy(np.stack([Y, Y], axis=1), PREDICTION, RADIUS, 0.0)
+
+    @pytest.mark.parametrize("call, message", [
+        pytest.param(lambda: certified_accuracy(Y, PREDICTION, RADIUS, "0.5x"), r"r must be finite and >= 0",
+                     id="accuracy-r-text"),
+        pytest.param(lambda: certified_accuracy(Y, PREDICTION, RADIUS, None), r"r must be finite and >= 0",
+                     id="accuracy-r-none"),
+        pytest.param(lambda: make_certified_accuracy_scorer(-1.0), r"r must be finite and >= 0; got -1.0",
+                     id="scorer-negative"),
+        pytest.param(lambda: make_certified_accuracy_scorer(float("nan")), r"r must be finite and >= 0",
+                     id="scorer-nan"),
+        pytest.param(lambda: certified_accuracy_curve(Y, PREDICTION, RADIUS, 0.5), r"radii must be a 1-d array",
+                     id="curve-scalar"),
+        pytest.param(lambda: average_certified_radius([0, 1], [0, 1], [np.nan, 1.0]),
+                     r"radius must be >= 0 for every input \(0 where abstained\); got nan for input 0",
+                     id="radius-nan"),
+        pytest.param(lambda: average_certified_radius([0], [0], [-1.0]), r"radius must be >= 0", id="radius-negative"),
+        pytest.param(lambda: average_certified_radius([], [], []), "the metrics need at least one input", id="empty"),
+    ])
+    def test_bad_arguments_are_refused_naming_them(self, call, message):
+        with pytest.raises(ValueError, match=message):
+            call()
 
     def test_string_labels_with_abstentions(self):
         y = np.array(["cat", "dog", "dog"])
