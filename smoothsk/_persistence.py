@@ -120,7 +120,7 @@ from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from . import models, regions, sampling, sigma, training
-from ._atomic import atomic_file
+from ._atomic import atomic_file, unwritable_reason
 from ._digest import value_digest
 from .regions import RegionStore
 from .regions._store import UNRECORDED
@@ -343,7 +343,8 @@ def save_estimator(estimator, path):
     Raises
     ------
     ValueError
-        If a parameter (or a component's parameter, or a history entry) is
+        If ``path`` is a directory or its folder does not exist or is not
+        writable; if a parameter (or a component's parameter, or a history entry) is
         not one the format holds, if the estimator class takes no such
         parameter, or if the module (or the fitted sigma function) holds
         state the file cannot hold; the message names it.
@@ -351,9 +352,12 @@ def save_estimator(estimator, path):
     from . import __version__
 
     estimator.check_is_fitted()
+    path = Path(path)
+    reason = unwritable_reason(path)
+    if reason:
+        raise ValueError(f"Cannot save {path}: {reason}.")
     named = {}
     sigma_function = _encode_sigma_function(estimator, named)
-    path = Path(path)
     params = estimator.get_params(deep=False)
     if params.pop("callbacks", None) is not None:
         warnings.warn("callbacks are not saved (skorch callbacks hold functions, which a file without code "
@@ -475,6 +479,8 @@ def _check_rebuilt(estimator, document, tensors, source, module, named):
 
 def _read(path):
     """The JSON document and tensors of a smoothsk file, checked against its manifest and digest."""
+    if path.is_dir():
+        raise ValueError(f"{path}: it is a directory, not a smoothsk model file.")
     try:
         with safe_open(path, framework="pt", device="cpu") as file:
             metadata = file.metadata() or {}

@@ -18,6 +18,7 @@ from torch import nn
 
 from conftest import LinearLogits
 
+from smoothsk import _persistence as persistence
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import make_heterogeneous_margins
 from smoothsk.models import DigitsCNN, FlatMLP
@@ -295,6 +296,14 @@ class TestSaveRefuses:
             clf.save(tmp_path / "model.safetensors")
         assert os.listdir(tmp_path) == []  # nothing written, not even a temporary file
 
+    def test_a_path_that_cannot_be_written_is_refused_naming_it_before_any_work(self, make_linear_classifier,
+                                                                                 tmp_path, monkeypatch):
+        clf = make_linear_classifier([1.0, -1.0])
+        monkeypatch.setattr(persistence, "_check_rebuilt", lambda *args: pytest.fail("checked the rebuild first"))
+        for path, reason in [(tmp_path, "it is a directory"), (tmp_path / "no" / "m.safetensors", "its folder .* does not exist")]:
+            with pytest.raises(ValueError, match=rf"Cannot save {path}: {reason}"):
+                clf.save(path)
+
     @pytest.mark.parametrize(("edit", "named"), [
         (lambda module: module.shift.fill_(0.7), "shift"), (lambda module: setattr(module, "scale", 2.0), "scale"),
         (lambda module: module.register_forward_hook(negate), "_forward_hooks"),
@@ -347,6 +356,10 @@ class TestSaveRefuses:
 # ------------------------------------------------------------- what is refused
 
 class TestLoadRefuses:
+    def test_a_directory_is_refused_naming_it(self, tmp_path):
+        with pytest.raises(ValueError, match=rf"{tmp_path}: it is a directory, not a smoothsk model file"):
+            load(tmp_path)
+
     def test_flipped_tensor_byte(self, saved_cnn, tmp_path):
         data = bytearray(saved_cnn.read_bytes())
         data[-1] ^= 0x01  # the last byte belongs to the last tensor's data
