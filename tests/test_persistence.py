@@ -300,7 +300,8 @@ class TestSaveRefuses:
                                                                                  tmp_path, monkeypatch):
         clf = make_linear_classifier([1.0, -1.0])
         monkeypatch.setattr(persistence, "_check_rebuilt", lambda *args: pytest.fail("checked the rebuild first"))
-        for path, reason in [(tmp_path, "it is a directory"), (tmp_path / "no" / "m.safetensors", "its folder .* does not exist")]:
+        for path, reason in [(tmp_path, "it is a directory"),
+                             (tmp_path / "no" / "m.safetensors", "its folder .* does not exist")]:
             with pytest.raises(ValueError, match=rf"Cannot save {path}: {reason}"):
                 clf.save(path)
 
