@@ -108,7 +108,9 @@ class Certificates:
     n_samples : ndarray of int
         Noisy samples spent on the certificate (selection plus estimation).
     search_steps : ndarray of int
-        Noise-level search steps (model evaluations of the search) spent.
+        Noise levels the search evaluated for the input (each on the
+        search's own noisy samples: a grid point, an FGSS or gradient step),
+        0 for functions that do not search.
     region : ndarray of int
         Index into ``regions_`` of the robust region the certificate belongs
         to, -1 where the allocator keeps no regions.
