@@ -237,7 +237,8 @@ class RegionStore:
         if weights != self.weights:
             raise ValueError(
                 f"regions_ holds {len(self)} regions certified with other module weights than the current "
-                "ones (the module was trained, loaded or edited since): their certificates say nothing about "
+                "ones (the module was trained, loaded or edited since, or its forward changes its own attributes, "
+                "which makes it another classifier after each call): their certificates say nothing about "
                 "this model. Call reset_regions() to start a new store for these weights.")
         if allocator != self.allocator:
             raise ValueError(
