@@ -345,3 +345,15 @@ class TestFarFromTheTrainingData:
         assert np.all(np.isfinite(details.sigma)) and np.all(details.sigma > 0)
         assert np.all(np.isfinite(radius)) and np.all(radius >= 0)
         np.testing.assert_array_equal(clf.predict(X), prediction)
+
+
+@pytest.mark.parametrize("args, message", [
+    pytest.param((-0.5, 0.9, 0.05, 64), "sigma must be finite and positive", id="sigma-negative"),
+    pytest.param((0.5, 1.5, 0.05, 64), r"p_lower must be a probability in \[0, 1\]", id="p-above-one"),
+    pytest.param((0.5, 0.9, -0.05, 64), "r must be finite and >= 0", id="r-negative"),
+    pytest.param((0.5, 0.9, 0.05, 0), "n_features must be a positive int", id="no-features"),
+])
+def test_semi_elastic_radius_refuses_bad_arguments_naming_them(args, message):
+    # Each used to return a radius: negative, at p = 1, as if r were positive, or 0.
+    with pytest.raises(ValueError, match=message):
+        semi_elastic_radius(*args)

@@ -182,6 +182,14 @@ def semi_elastic_radius(sigma, p_lower, r, n_features, rtol=1e-5):
     """
     sigma, p_lower = np.broadcast_arrays(np.asarray(sigma, dtype=np.float64),
                                          np.asarray(p_lower, dtype=np.float64))
+    if not np.all(np.isfinite(sigma) & (sigma > 0)):
+        raise ValueError(f"sigma must be finite and positive; got {sigma.tolist()}.")
+    if not np.all((p_lower >= 0) & (p_lower <= 1)):
+        raise ValueError(f"p_lower must be a probability in [0, 1]; got {p_lower.tolist()}.")
+    if not (isinstance(r, Real) and np.isfinite(r) and r >= 0):
+        raise ValueError(f"r must be finite and >= 0; got {r!r}.")
+    if not (isinstance(n_features, Integral) and n_features > 0):
+        raise ValueError(f"n_features must be a positive int; got {n_features!r}.")
     if r == 0:  # sigma is constant on every ball: Cohen's radius
         return certified_radius(sigma, p_lower)
     shape = sigma.shape
