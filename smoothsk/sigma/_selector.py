@@ -229,8 +229,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         the selector that has ``module_`` (the selector), ``criterion_``
         (cross-entropy) and ``noise_generator_``: ``GaussianNoise`` or
         ``Macer`` (``SmoothAdv`` needs the estimator's training history and
-        is not supported). None is cross-entropy on one noisy copy per
-        input and step.
+        is not supported). None means ``GaussianNoise(num_noise=1)``:
+        cross-entropy on one noisy copy per input and step.
 
     Attributes
     ----------
@@ -301,6 +301,13 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                              f"torch.nn.Module instance; got {selector!r}.")
 
     # ----------------------------------------------------------------- fitting
+
+    def _default_component(self, name):
+        if name != "selector_objective":
+            return None
+        from ..training import GaussianNoise  # the training objectives use this package
+
+        return GaussianNoise(num_noise=1)
 
     def _check_before_fit(self, training, X):
         # levels=None needs a schedule with a grid; a given module, or one built from a given class (on a
@@ -381,7 +388,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             return _construct(selector, kwargs, n_levels, X[:1])
 
     def _train(self, estimator, module, X, targets):
-        """Cross-entropy on ``(x + selector_sigma * e, target level)`` (Gaussian augmentation), or the objective."""
+        """The objective (default: cross-entropy on ``(x + selector_sigma * e, target level)``) on the targets."""
         options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}
         optimizer = estimator.optimizer(module.parameters(), lr=estimator.lr, **options)
         epochs = estimator.max_epochs if self.selector_epochs is None else self.selector_epochs
@@ -392,6 +399,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         # What an objective reads from the estimator it trains, here about the selector and its targets.
         trainee = SimpleNamespace(module_=module, criterion_=loss_fn, noise_generator_=generator)
         sigma = torch.full((batch_size,), float(self.selector_sigma), device=X.device, dtype=X.dtype)
+        objective = self._component("selector_objective")
         module.train()
         with torch.random.fork_rng(devices=[]):  # the module's own randomness (dropout)
             torch.manual_seed(estimator._seed(SELECTOR_MODULE_RANDOMNESS_SALT))
@@ -399,12 +407,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                 order = torch.randperm(len(X), generator=shuffle).to(X.device)
                 for start in range(0, len(X), batch_size):
                     index = order[start:start + batch_size]
-                    if self.selector_objective is None:
-                        noise = torch.randn(X[index].shape, generator=generator, device=X.device, dtype=X.dtype)
-                        loss = loss_fn(module(X[index] + self.selector_sigma * noise), targets[index])
-                    else:
-                        loss, _ = self.selector_objective.loss(trainee, X[index], targets[index],
-                                                               sigma[:len(index)])
+                    loss, _ = objective.loss(trainee, X[index], targets[index], sigma[:len(index)])
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
