@@ -1,7 +1,6 @@
 """The estimator's component parameters: their defaults and nested ``set_params`` routing (``sampler__n``)."""
 
-from sklearn.base import clone
-
+from ._components import set_nested_params
 from .regions import NoRegions
 from .sampling import FixedSampler
 from .training import FixedSigmaTraining
@@ -87,7 +86,4 @@ def set_component_params(estimator, nested):
     nested : dict of str to object
         ``component__parameter`` entries (see :func:`split_nested`).
     """
-    for name in COMPONENTS:
-        sub = {key.split("__", 1)[1]: val for key, val in nested.items() if key.split("__", 1)[0] == name}
-        if sub:
-            setattr(estimator, name, clone(component(estimator, name)).set_params(**sub))
+    set_nested_params(estimator, COMPONENTS, nested, lambda name: component(estimator, name))

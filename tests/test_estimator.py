@@ -477,10 +477,12 @@ class TestFittedSigmaFunctionLifetime:
     @pytest.mark.parametrize("refit", ["fit", "partial_fit"])
     def test_a_failing_sigma_function_fit_leaves_none_behind(self, refit):
         clf = self.slab_classifier()
-        # A selector class built with two outputs for three levels: fit_sigma fails after training.
-        failing = CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), selector=LevelSelectorLogits, selector_epochs=0,
-                                         n=100, n0=20)
-        with pytest.raises(ValueError, match="one logit per level"):
+        class FailingSelector(CertifiedSigmaSelector):
+            def _fit_sigma(self, estimator, X, y):
+                raise ValueError("fit_sigma failed after training")
+
+        failing = FailingSelector(levels=(0.25, 0.5, 1.0), selector_epochs=0, n=100, n0=20)
+        with pytest.raises(ValueError, match="fit_sigma failed after training"):
             getattr(clf.set_params(sigma_search=failing), refit)(np.zeros((2, 2), dtype=np.float32), [0, 1])
         assert not hasattr(clf, "sigma_search_")
         with pytest.raises(NotFittedError, match="call fit again"):

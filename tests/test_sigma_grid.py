@@ -17,6 +17,24 @@ class TestGridSigmaSearch:
         np.testing.assert_allclose(GridSigmaSearch().grid_sigmas(), np.arange(3, 21) * 0.05)
         np.testing.assert_allclose(GridSigmaSearch(0.1, 0.3, 0.1).grid_sigmas(), [0.1, 0.2, 0.3])
 
+    def test_grid_points_are_the_decimal_multiples(self):
+        # No floating-point residue (3 * 0.05 is 0.15000000000000002): the grid holds the decimals themselves.
+        np.testing.assert_array_equal(GridSigmaSearch().grid_sigmas(), np.arange(3, 21) * 5 / 100)
+        np.testing.assert_array_equal(GridSigmaSearch(0.1, 0.3, 0.1).grid_sigmas(), [0.1, 0.2, 0.3])
+        np.testing.assert_array_equal(GridSigmaSearch(0.12, 0.5, 0.05).grid_sigmas(), np.arange(3, 11) * 5 / 100)
+
+    @pytest.mark.parametrize("sigma_min, sigma_max, step, multiples", [
+        (1e-13, 5e-13, 1e-13, [1, 2, 3, 4, 5]),
+        (1e-12, 1.6e-12, 1.5e-12, [1]),
+        (3e-7, 9e-7, 3e-7, [1, 2, 3]),
+        (1e-10, 2.0, 1.0, [1, 2]),  # 0 is within the tolerance of sigma_min, but not a noise level
+        (0.15000000001, 0.3, 0.05, [3, 4, 5, 6]),  # an end a hair off a multiple
+    ])
+    def test_every_grid_point_is_a_positive_multiple_in_range(self, sigma_min, sigma_max, step, multiples):
+        grid = GridSigmaSearch(sigma_min, sigma_max, step).validate().grid_sigmas()
+        assert np.all(grid > 0) and np.all(grid >= sigma_min) and np.all(grid <= sigma_max)
+        np.testing.assert_allclose(grid, np.array(multiples) * step, rtol=1e-9)
+
     def test_per_input_sigmas_beat_every_fixed_sigma_of_the_grid(self, linear_data, make_linear_classifier):
         X, y, _ = linear_data
         classifier = functools.partial(make_linear_classifier, SEARCH_WEIGHT, n=500, n0=50, alpha=0.001)

@@ -20,7 +20,7 @@ from smoothsk.engine import MonteCarloEngine
 from smoothsk.models import FlatMLP
 from smoothsk.regions import MemoryAllocator, NoRegions, OnlineBallAllocator, TransductiveLPAllocator
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import BaseSigmaSearch, CertifiedSigmaSelector, SigmaSearchResult
+from smoothsk.sigma import BaseSigmaSearch, CertifiedSigmaSelector, GridSigmaSearch, SigmaSearchResult
 from smoothsk.training import BaseObjective, DataDependentTraining, FixedSigmaTraining, GaussianNoise, Macer, \
     PretrainFinetune
 
@@ -95,6 +95,28 @@ class ExactOwnSigma(BaseSigmaSearch):
     def _search(self, engine, X, y):
         sigma = np.where(X[:, 1].numpy() > 0, LEVELS[1], LEVELS[0])
         return SigmaSearchResult(sigma, np.zeros(len(X), dtype=np.int64))
+
+
+class TwoLogits(torch.nn.Module):
+    """A selector class without ``n_classes``: always two logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+class SevenInputs(torch.nn.Module):
+    """A selector for inputs of 7 features (the tests' inputs have 2)."""
+
+    def __init__(self, n_classes=3):
+        super().__init__()
+        self.linear = torch.nn.Linear(7, n_classes)
+
+    def forward(self, x):
+        return self.linear(x)
 
 
 class TestSoundnessForG:
@@ -373,6 +395,35 @@ class TestValidation:
         with pytest.raises(ValueError, match="levels=None takes the training schedule's grid"):
             clf.fit(disc_inputs(4), [0, 1, 0, 1])
         assert not hasattr(clf, "module_")
+
+    @pytest.mark.parametrize("selector, error, message", [
+        (TwoLogits, ValueError, r"selector \(TwoLogits\) returns outputs of shape \(1, 2\).*shape \(1, 3\)"),
+        (SevenInputs, ValueError, r"selector \(SevenInputs\) fails on an input of shape \(1, 2\)"),
+        (SevenInputs(), ValueError, r"selector \(SevenInputs\) fails on an input of shape \(1, 2\)"),
+        (torch.nn.Linear, TypeError, r"selector=Linear cannot be built as Linear\(\)"),
+    ])
+    def test_a_selector_that_cannot_work_is_refused_before_training(self, selector, error, message):
+        search = CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), selector=selector)
+        clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=search)
+        with pytest.raises(error, match=message):
+            clf.fit(disc_inputs(4), [0, 1, 0, 1])
+        assert not hasattr(clf, "module_")
+
+    def test_levels_none_checks_the_selector_against_the_levels_fit_uses(self):
+        # PFAT's assignment grid, not its test-time search's (step 0.05), is the grid fit uses.
+        def classifier(thresholds):
+            training = PretrainFinetune(0.25, 1.0, pretrain_epochs=0, finetune_epochs=0,
+                                        assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=50))
+            search = CertifiedSigmaSelector(selector=LevelSelectorLogits(thresholds), fit_selector=False, n=100)
+            return SampleWiseSmoothedClassifier(SlabLogits, training=training, sigma_search=search, random_state=0)
+
+        X, y = disc_inputs(20), [0, 1] * 10
+        fitted = classifier((-0.5, 0.0, 0.5)).fit(X, y)
+        np.testing.assert_allclose(fitted.sigma_search_.levels_, [0.25, 0.5, 0.75, 1.0])
+        refused = classifier(np.linspace(-0.9, 0.9, 15))
+        with pytest.raises(ValueError, match=r"one logit per level: shape \(1, 4\)"):
+            refused.fit(X, y)
+        assert not hasattr(refused, "module_")
 
     def test_selector_with_the_wrong_number_of_outputs(self):
         search = CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), selector=LevelSelectorLogits((0.0,), axis=1),

@@ -83,12 +83,17 @@ class GridSigmaSearch(BaseSigmaSearch):
         Returns
         -------
         sigmas : ndarray of float, shape (n_grid,)
-            Multiples of ``step`` in ``[sigma_min, sigma_max]``, ascending.
+            Multiples ``t * step`` (``t >= 1``) in ``[sigma_min, sigma_max]``,
+            ascending, rounded to 12 significant digits of ``step`` (so that
+            ``3 * 0.05`` is ``0.15``); an end within ``1e-9 * step`` of a
+            multiple counts as that multiple and stays the end itself.
         """
-        # A relative tolerance keeps ends that are multiples of step up to rounding.
-        first = int(np.ceil(self.sigma_min / self.step - 1e-9))
+        # A tolerance keeps ends that are multiples of step up to rounding; clipping keeps them in the range.
+        first = max(1, int(np.ceil(self.sigma_min / self.step - 1e-9)))
         last = int(np.floor(self.sigma_max / self.step + 1e-9))
-        return np.round(np.arange(first, last + 1) * self.step, 12)
+        decimals = 12 - int(np.floor(np.log10(self.step)))
+        grid = np.round(np.arange(first, last + 1) * self.step, decimals)
+        return np.clip(grid, self.sigma_min, self.sigma_max)
 
     def _search(self, engine, X, y):
         sigmas = self.grid_sigmas()

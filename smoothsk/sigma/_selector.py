@@ -40,7 +40,8 @@ _ASSIGN_ALPHA = 0.001
 def schedule_levels(schedule):
     """The grid of noise levels a training schedule works with.
 
-    PFAT's schedule: its assignment grid (Eq. 5); otherwise the levels of the
+    PFAT's schedule: its assignment grid (Eq. 5; its ``assignment_`` once
+    fitted, else its ``assignment`` parameter); otherwise the levels of the
     schedule's test-time search: a grid search's grid, Insta-RS's levels
     ``sqrt(l) * sigma0``, or a fixed sigma alone.
 
@@ -58,7 +59,8 @@ def schedule_levels(schedule):
     ValueError
         If the schedule has no grid (e.g. DDRS's continuous sigma).
     """
-    search = getattr(schedule, "assignment_", None)
+    # PFAT's assignment: fitted, or before fit its parameter (None: the default grid, the test-time search's).
+    search = getattr(schedule, "assignment_", getattr(schedule, "assignment", None))
     if not isinstance(search, GridSigmaSearch):
         search = schedule.default_sigma_search()
     if isinstance(search, GridSigmaSearch):
@@ -69,6 +71,40 @@ def schedule_levels(schedule):
         return np.array([float(search.sigma)])
     raise ValueError(f"levels=None takes the training schedule's grid of noise levels, but {schedule!r} "
                      f"has none (its test-time search is {search!r}); pass levels, e.g. levels=(0.25, 0.5, 1.0).")
+
+
+def _construct(selector, kwargs, n_levels, probe):
+    """A selector module built from its class with ``n_classes=K`` (when it takes it), lazy layers materialised.
+
+    Raises
+    ------
+    TypeError or ValueError
+        Naming ``selector``, if the class cannot be built so (the type of
+        its own error) or fails on ``probe``.
+    """
+    if "n_classes" in inspect.signature(selector).parameters:
+        kwargs = {**kwargs, "n_classes": n_levels}
+    try:
+        module = selector(**kwargs)
+    except Exception as error:
+        call = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+        raise (TypeError if isinstance(error, TypeError) else ValueError)(
+            f"selector={selector.__name__} cannot be built as {selector.__name__}({call}): {error}. A selector "
+            f"class is built with no arguments but n_classes=K (K={n_levels}) when it takes n_classes; pass a "
+            "module instance otherwise.") from error
+    _probe(module, probe, n_levels)  # materialise lazy layers before the optimizer sees them
+    return module
+
+
+def _probe(module, X, n_levels):
+    """The selector's outputs on ``X`` without gradients; its failure is a ValueError naming ``selector``."""
+    try:
+        with torch.no_grad():
+            return module(X)
+    except Exception as error:
+        raise ValueError(f"The selector ({type(module).__name__}) fails on an input of shape {tuple(X.shape)}: "
+                         f"{type(error).__name__}: {error}. selector must take inputs of the training data's "
+                         f"shape and return (batch, K) logits (K={n_levels}).") from error
 
 
 class CertifiedSigmaSelector(BaseCertifiedSigma):
@@ -153,6 +189,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         ``n_classes=K`` when it takes ``n_classes``. None means the
         estimator's module class with ``n_classes=K`` (and its ``module__``
         parameters) when it takes ``n_classes``, else a ``FlatMLP``.
+        A given class or instance is tried on one training input before
+        any training: ``fit`` raises (naming ``selector``) if it cannot be
+        built, fails on the input or does not return K logits.
         An instance is never changed: ``fit`` trains a copy of it. Set
         after ``fit``, a module is the fitted one only with the same class,
         attributes and weights; else ``certify`` asks for a refit.
@@ -190,8 +229,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         the selector that has ``module_`` (the selector), ``criterion_``
         (cross-entropy) and ``noise_generator_``: ``GaussianNoise`` or
         ``Macer`` (``SmoothAdv`` needs the estimator's training history and
-        is not supported). None is cross-entropy on one noisy copy per
-        input and step.
+        is not supported). None means ``GaussianNoise(num_noise=1)``:
+        cross-entropy on one noisy copy per input and step.
 
     Attributes
     ----------
@@ -263,11 +302,24 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
 
     # ----------------------------------------------------------------- fitting
 
+    def _default_component(self, name):
+        if name != "selector_objective":
+            return None
+        from ..training import GaussianNoise  # the training objectives use this package
+
+        return GaussianNoise(num_noise=1)
+
     def _check_before_fit(self, training, X):
-        # levels=None needs a schedule with a grid; a given module must return K logits.
-        levels = self._resolve_levels(training)
-        if isinstance(self.selector, torch.nn.Module) and len(levels) > 1:
-            self._check_outputs(self.selector, X[:1], len(levels))
+        # levels=None needs a schedule with a grid; a given module, or one built from a given class (on a
+        # probe, the global random state untouched), must take the inputs and return K logits.
+        n_levels = len(self._resolve_levels(training))
+        if self.selector is None or n_levels == 1:
+            return
+        module = self.selector
+        if not isinstance(module, torch.nn.Module):
+            with torch.random.fork_rng(devices=[]):
+                module = _construct(module, {}, n_levels, X[:1])
+        self._check_outputs(module, X[:1], n_levels)
 
     def _resolve_levels(self, training):
         if self.levels is None:
@@ -331,17 +383,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         if isinstance(selector, torch.nn.Module):
             # A copy: the parameter keeps the weights training starts from (what with_fitted_state compares).
             return copy.deepcopy(selector)
-        if "n_classes" in inspect.signature(selector).parameters:
-            kwargs = {**kwargs, "n_classes": n_levels}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(estimator._seed(SELECTOR_INIT_SALT))
-            module = selector(**kwargs)
-            with torch.no_grad():  # materialise lazy layers before the optimizer sees them
-                module(X[:1])
-        return module
+            return _construct(selector, kwargs, n_levels, X[:1])
 
     def _train(self, estimator, module, X, targets):
-        """Cross-entropy on ``(x + selector_sigma * e, target level)`` (Gaussian augmentation), or the objective."""
+        """The objective (default: cross-entropy on ``(x + selector_sigma * e, target level)``) on the targets."""
         options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}
         optimizer = estimator.optimizer(module.parameters(), lr=estimator.lr, **options)
         epochs = estimator.max_epochs if self.selector_epochs is None else self.selector_epochs
@@ -352,6 +399,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         # What an objective reads from the estimator it trains, here about the selector and its targets.
         trainee = SimpleNamespace(module_=module, criterion_=loss_fn, noise_generator_=generator)
         sigma = torch.full((batch_size,), float(self.selector_sigma), device=X.device, dtype=X.dtype)
+        objective = self._component("selector_objective")
         module.train()
         with torch.random.fork_rng(devices=[]):  # the module's own randomness (dropout)
             torch.manual_seed(estimator._seed(SELECTOR_MODULE_RANDOMNESS_SALT))
@@ -359,12 +407,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                 order = torch.randperm(len(X), generator=shuffle).to(X.device)
                 for start in range(0, len(X), batch_size):
                     index = order[start:start + batch_size]
-                    if self.selector_objective is None:
-                        noise = torch.randn(X[index].shape, generator=generator, device=X.device, dtype=X.dtype)
-                        loss = loss_fn(module(X[index] + self.selector_sigma * noise), targets[index])
-                    else:
-                        loss, _ = self.selector_objective.loss(trainee, X[index], targets[index],
-                                                               sigma[:len(index)])
+                    loss, _ = objective.loss(trainee, X[index], targets[index], sigma[:len(index)])
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
@@ -438,11 +481,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
 
     @staticmethod
     def _check_outputs(module, X, n_levels):
-        with evaluating(module), torch.no_grad():
-            shape = tuple(module(X).shape)
+        with evaluating(module):
+            shape = tuple(_probe(module, X, n_levels).shape)
         if shape != (len(X), n_levels):
-            raise ValueError(f"The selector returns outputs of shape {shape} for {len(X)} input(s); "
-                             f"CertifiedSigmaSelector needs one logit per level: shape ({len(X)}, {n_levels}).")
+            raise ValueError(f"The selector ({type(module).__name__}) returns outputs of shape {shape} for "
+                             f"{len(X)} input(s); CertifiedSigmaSelector needs one logit per level: shape "
+                             f"({len(X)}, {n_levels}).")
 
     # ------------------------------------------------------------ certifying
 

@@ -87,8 +87,11 @@ class DataDependentTraining(PerSampleSchedule):
             net.train_sigmas_ = full_sigmas(len(X), self.sigma_init)
         return True
 
+    def _default_component(self, name):
+        return GaussianNoise() if name == "objective" else None
+
     def _plan(self):
-        return [Stage(DATA_DEPENDENT, None, GaussianNoise() if self.objective is None else self.objective)]
+        return [Stage(DATA_DEPENDENT, None, self._component("objective"))]
 
     def on_epoch_begin(self, net):
         # The epochs of the warm-up (K = 0) carry its label; the warm-up counts epochs over all fit calls.

@@ -43,8 +43,11 @@ class FixedSigmaTraining(BaseTrainingSchedule):
         self.sigma = sigma
         self.objective = objective
 
+    def _default_component(self, name):
+        return GaussianNoise() if name == "objective" else None
+
     def _plan(self):
-        return [Stage(FIXED, None, GaussianNoise() if self.objective is None else self.objective)]
+        return [Stage(FIXED, None, self._component("objective"))]
 
     def _begin(self, net, X, y):
         net.train_sigmas_ = np.full(len(X), float(self.sigma))

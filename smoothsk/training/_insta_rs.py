@@ -122,12 +122,12 @@ class InstaRSTrain(PerSampleSchedule):
             return False
         return True
 
-    def _plan(self):
-        def resolved(objective):
-            return SmoothAdv(epsilon="adaptive") if objective is None else objective
+    def _default_component(self, name):
+        return SmoothAdv(epsilon="adaptive") if name in ("stage1_objective", "stage2_objective") else None
 
-        return [Stage(STAGE_1, self.stage1_epochs, resolved(self.stage1_objective)),
-                Stage(STAGE_2, self.stage2_epochs, resolved(self.stage2_objective), lr=self.stage2_lr)]
+    def _plan(self):
+        return [Stage(STAGE_1, self.stage1_epochs, self._component("stage1_objective")),
+                Stage(STAGE_2, self.stage2_epochs, self._component("stage2_objective"), lr=self.stage2_lr)]
 
     def _fit_stage(self, net, X, y, done, epochs, fit_params):
         if self.stage_ == STAGE_2:

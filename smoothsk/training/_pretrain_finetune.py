@@ -109,14 +109,21 @@ class PretrainFinetune(PerSampleSchedule):
         return GridSigmaSearch(sigma_min=self.sigma_min, sigma_max=self.sigma_max,
                                step=_GRID_STEP, n=_TEST_SAMPLES)
 
+    def _default_component(self, name):
+        if name == "objective":
+            return SmoothAdv(epsilon=1.0, steps=2, num_noise=4)
+        if name == "assignment":
+            return GridSigmaSearch(sigma_min=self.sigma_min, sigma_max=self.sigma_max, step=_GRID_STEP,
+                                   n=_ASSIGN_SAMPLES)
+        return None
+
     def _begin(self, net, X, y):
         # The search that assigns the training sigmas (Eq. 5), resolved once per run.
-        self.assignment_ = self.assignment if self.assignment is not None else GridSigmaSearch(
-            sigma_min=self.sigma_min, sigma_max=self.sigma_max, step=_GRID_STEP, n=_ASSIGN_SAMPLES)
+        self.assignment_ = self._component("assignment")
         return True
 
     def _plan(self):
-        objective = SmoothAdv(epsilon=1.0, steps=2, num_noise=4) if self.objective is None else self.objective
+        objective = self._component("objective")
         return [Stage(PRETRAIN, self.pretrain_epochs, objective, before=self._draw),
                 Stage(FINETUNE, self.finetune_epochs, objective, lr=self.finetune_lr, before=self._assign)]
 
