@@ -135,7 +135,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     n_features_in_ : int
         Number of values in one input.
     history : skorch.History
-        skorch's training history.
+        skorch's training history (where ``partial_fit`` resumes the
+        schedule); a new module (``set_params(module__...)``) starts a new
+        one and drops ``train_sigmas_``.
 
     Notes
     -----
@@ -376,6 +378,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     def initialize_module(self):
         """Build the module (seeded by ``random_state``), passing ``n_classes`` if it takes it.
 
+        On a fitted estimator (``set_params(module__...)``) the new module is
+        a new, untrained model: the old one's regions, fitted sigma function,
+        history and training sigmas go with it, so a later ``partial_fit``
+        runs the training schedule from its start.
+
         Returns
         -------
         self
@@ -396,6 +403,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             # A new module is a new model, even where its seeded state_dict (and so the
             # store's weights fingerprint) equals the old one's: its regions certify the old model.
             self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+            # Nor has it trained: the old module's epochs would resume the schedule past its start.
+            self.initialize_history()
+            vars(self).pop("train_sigmas_", None)
         vars(self).pop("sigma_search_", None)  # fitted for the old module, like the regions
         return self
 
