@@ -117,7 +117,14 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     module_ : torch.nn.Module
         The trained base classifier.
     train_sigmas_ : ndarray of float, shape (n_train,)
-        Noise level of each training sample at the end of training.
+        Noise level of each training sample (rows of the last ``fit`` or
+        ``partial_fit`` call) at the end of training.
+    train_keys_ : ndarray of uint64, shape (n_train,)
+        Whose sigma each entry of ``train_sigmas_`` is: a hash of the
+        sample's input values and of the schedule's class and sigma
+        parameters. A later ``partial_fit`` (or ``warm_start`` fit) keeps the
+        sigma of each sample it meets again under the same schedule, in
+        whatever row; other samples start at the schedule's initial sigma.
     training_ : BaseTrainingSchedule
         The clone of ``training`` (or of its default) that ran the last
         ``fit``/``partial_fit`` call, with that run's state (``objective_``,
@@ -137,7 +144,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     history : skorch.History
         skorch's training history (where ``partial_fit`` resumes the
         schedule); a new module (``set_params(module__...)``) starts a new
-        one and drops ``train_sigmas_``.
+        one and drops ``train_sigmas_`` and ``train_keys_``.
 
     Notes
     -----
@@ -405,7 +412,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
             # Nor has it trained: the old module's epochs would resume the schedule past its start.
             self.initialize_history()
-            vars(self).pop("train_sigmas_", None)
+            for name in ("train_sigmas_", "train_keys_"):
+                vars(self).pop(name, None)
         vars(self).pop("sigma_search_", None)  # fitted for the old module, like the regions
         return self
 

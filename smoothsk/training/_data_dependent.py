@@ -7,7 +7,7 @@ from .._constraints import HasMethods, Interval
 from .._modes import evaluating
 from ..sigma import GradientSigmaSearch
 from ._objectives import GaussianNoise
-from ._per_sample import PerSampleSchedule, full_sigmas, training_engine
+from ._per_sample import PerSampleSchedule, training_engine
 from ._stage import Stage, completed_epochs
 
 #: The stage, and the label of its first ``warmup_epochs`` epochs (sigma_init, K = 0).
@@ -26,8 +26,9 @@ class DataDependentTraining(PerSampleSchedule):
     on its samples, from their current sigmas, stores the result and trains
     the batch with it (Alg. 2). So each sample's sigma continues from the
     value of the previous epoch. Trains for the estimator's ``max_epochs``;
-    ``partial_fit`` (or ``warm_start``) continues from the stored sigmas
-    (they start again from ``sigma_init`` on a training set of another size).
+    ``partial_fit`` (or ``warm_start``) continues from the stored sigmas of
+    the samples it trained before (with the same ``sigma_init``), in
+    whatever row; new samples start at ``sigma_init``.
     Validation batches use the stored sigmas without optimising them.
 
     Parameters
@@ -69,6 +70,8 @@ class DataDependentTraining(PerSampleSchedule):
         "objective": [HasMethods(["loss"]), None],
     }
 
+    _sigma_params = ("sigma_init",)
+
     def __init__(self, sigma_init=0.25, steps=1, lr=1e-4, warmup_epochs=50, objective=None):
         self.sigma_init = sigma_init
         self.steps = steps
@@ -83,8 +86,7 @@ class DataDependentTraining(PerSampleSchedule):
     def _begin(self, net, X, y):
         # Alg. 1 with K = steps, resolved once per run and used on every batch.
         self.search_ = GradientSigmaSearch(sigma_init=self.sigma_init, steps=self.steps, lr=self.lr)
-        if self._restart(net, len(X)):
-            net.train_sigmas_ = full_sigmas(len(X), self.sigma_init)
+        self._carry(net, X, self.sigma_init)
         return True
 
     def _plan(self):

@@ -3,6 +3,7 @@
 from numbers import Integral, Real
 
 import numpy as np
+import torch
 from .._constraints import HasMethods, Interval
 
 from .._modes import evaluating
@@ -42,8 +43,9 @@ class PretrainFinetune(PerSampleSchedule):
 
     ``partial_fit`` (or ``fit`` with ``warm_start=True``) resumes: an
     unfinished pretraining is completed, and a finished run finetunes
-    ``finetune_epochs`` more epochs with the assigned sigmas (assigned anew
-    if the training set has another size).
+    ``finetune_epochs`` more epochs with the assigned sigmas: a sample
+    finetuned before (with the same ``sigma_min``, ``sigma_max`` and
+    ``assignment``) keeps its sigma in whatever row, a new one is assigned.
 
     Parameters
     ----------
@@ -90,6 +92,8 @@ class PretrainFinetune(PerSampleSchedule):
         "assignment": [HasMethods(["search"]), None],
     }
 
+    _sigma_params = ("sigma_min", "sigma_max", "assignment")
+
     def __init__(self, sigma_min=0.12, sigma_max=0.50, pretrain_epochs=150, finetune_epochs=150,
                  finetune_lr=0.001, objective=None, assignment=None):
         self.sigma_min = sigma_min
@@ -113,6 +117,7 @@ class PretrainFinetune(PerSampleSchedule):
         # The search that assigns the training sigmas (Eq. 5), resolved once per run.
         self.assignment_ = self.assignment if self.assignment is not None else GridSigmaSearch(
             sigma_min=self.sigma_min, sigma_max=self.sigma_max, step=_GRID_STEP, n=_ASSIGN_SAMPLES)
+        self.known_ = self._carry(net, X, self.sigma_min)  # the samples whose assigned sigma a finetuning keeps
         return True
 
     def _plan(self):
@@ -127,13 +132,15 @@ class PretrainFinetune(PerSampleSchedule):
     def _assign(self, net, X, y, fresh):
         """PFAT Eq. 5 / Alg. 1 line 11: each training sample's sigma, searched with its label.
 
-        Done when the finetuning starts, and again when the training set changed size;
-        a resumed finetuning keeps the assigned sigmas.
+        Done for every sample when the finetuning starts; a resumed finetuning
+        keeps the sigmas of the samples it finetuned before and assigns the new ones.
         """
-        if fresh or self._restart(net, len(X)):
+        rows = np.ones(len(X), dtype=bool) if fresh else ~self.known_
+        if rows.any():
+            subset = torch.from_numpy(rows)
             with self._timing(), evaluating(net.module_):
-                sigma = self.assignment_.search(training_engine(net), X, y.cpu().numpy()).sigma
-            net.train_sigmas_ = np.asarray(sigma, dtype=np.float64)
+                sigma = self.assignment_.search(training_engine(net), X[subset], y[subset].cpu().numpy()).sigma
+            net.train_sigmas_[rows] = sigma
 
     def on_epoch_begin(self, net):
         if self.stage_ == PRETRAIN:  # Eq. 4 / Alg. 1 line 3: fresh sigmas every epoch
