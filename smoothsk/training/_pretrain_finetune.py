@@ -7,7 +7,7 @@ import torch
 from .._constraints import HasMethods, Interval
 
 from .._modes import evaluating
-from ..sigma import GridSigmaSearch
+from ..sigma import BaseCertifiedSigma, GridSigmaSearch
 from ._per_sample import PerSampleSchedule, training_engine, uniform_sigmas
 from ._smoothadv import SmoothAdv
 from ._stage import Stage
@@ -61,7 +61,11 @@ class PretrainFinetune(PerSampleSchedule):
         ``SmoothAdv(epsilon=1.0, steps=2, num_noise=4)`` (Alg. 1 line 1).
     assignment : BaseSigmaSearch or None, default=None
         Search that assigns the training sigmas, called with labels; None
-        means ``GridSigmaSearch(sigma_min, sigma_max, step=0.05, n=500)``.
+        means ``GridSigmaSearch(sigma_min, sigma_max, step=0.05, n=500)``
+        (so ``[sigma_min, sigma_max]`` must hold a multiple of 0.05). A
+        certified sigma function (``BaseCertifiedSigma``), which needs
+        fitting to a trained model, is refused. Both are checked before
+        any training.
 
     Notes
     -----
@@ -107,6 +111,22 @@ class PretrainFinetune(PerSampleSchedule):
     def _check_consistency(self):
         if self.sigma_min >= self.sigma_max:
             raise ValueError(f"sigma_min must be < sigma_max; got {self.sigma_min} and {self.sigma_max}.")
+        # The assignment runs only after the pretraining epochs: refuse one that cannot run now.
+        if isinstance(self.assignment, BaseCertifiedSigma):
+            raise ValueError(
+                f"assignment={type(self.assignment).__name__}(...) is a certified sigma function, which must "
+                "first be fitted to a trained model (fit_sigma); PretrainFinetune calls its assignment as it "
+                "is. Pass a sigma search such as GridSigmaSearch, or None for PFAT's grid.")
+        if self.assignment is None and len(self._assignment().grid_sigmas()) == 0:
+            raise ValueError(
+                f"The default assignment searches the multiples of {_GRID_STEP} in [sigma_min, sigma_max] = "
+                f"[{self.sigma_min}, {self.sigma_max}], and none lies there: widen the range or pass "
+                "assignment=GridSigmaSearch(sigma_min, sigma_max, step=...) with a finer step.")
+
+    def _assignment(self):
+        """The search that assigns the training sigmas (Eq. 5): ``assignment``, or PFAT's grid."""
+        return self.assignment if self.assignment is not None else GridSigmaSearch(
+            sigma_min=self.sigma_min, sigma_max=self.sigma_max, step=_GRID_STEP, n=_ASSIGN_SAMPLES)
 
     def default_sigma_search(self):
         """PFAT's test-time search: the same grid, 1,000 samples per point (Eq. 7, App. A.1)."""
@@ -114,9 +134,7 @@ class PretrainFinetune(PerSampleSchedule):
                                step=_GRID_STEP, n=_TEST_SAMPLES)
 
     def _begin(self, net, X, y):
-        # The search that assigns the training sigmas (Eq. 5), resolved once per run.
-        self.assignment_ = self.assignment if self.assignment is not None else GridSigmaSearch(
-            sigma_min=self.sigma_min, sigma_max=self.sigma_max, step=_GRID_STEP, n=_ASSIGN_SAMPLES)
+        self.assignment_ = self._assignment()  # resolved once per run
         self.known_ = self._carry(net, X, self.sigma_min)  # the samples whose assigned sigma a finetuning keeps
         return True
 
