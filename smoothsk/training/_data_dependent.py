@@ -45,6 +45,11 @@ class DataDependentTraining(PerSampleSchedule):
         50 of 200 epochs with K = 0).
     objective : BaseObjective or None, default=None
         Batch loss ("TrainFunction"); None means :class:`GaussianNoise`.
+    sigma_min, sigma_max : float, float or None, default=0.01, None
+        Bounds every ascent step clips sigma to (in training and in
+        :meth:`default_sigma_search`; None: no upper bound); ``sigma_init``
+        must lie between them. The paper leaves sigma free; the lower bound
+        keeps the noise from vanishing.
 
     Notes
     -----
@@ -68,24 +73,36 @@ class DataDependentTraining(PerSampleSchedule):
         "lr": [Interval(Real, 0, None, closed="neither")],
         "warmup_epochs": [Interval(Integral, 0, None, closed="left")],
         "objective": [HasMethods(["loss"]), None],
+        "sigma_min": [Interval(Real, 0, None, closed="neither")],
+        "sigma_max": [Interval(Real, 0, None, closed="neither"), None],
     }
 
-    _sigma_params = ("sigma_init",)
+    _sigma_params = ("sigma_init", "sigma_min", "sigma_max")
 
-    def __init__(self, sigma_init=0.25, steps=1, lr=1e-4, warmup_epochs=50, objective=None):
+    def __init__(self, sigma_init=0.25, steps=1, lr=1e-4, warmup_epochs=50, objective=None, sigma_min=0.01,
+                 sigma_max=None):
         self.sigma_init = sigma_init
         self.steps = steps
         self.lr = lr
         self.warmup_epochs = warmup_epochs
         self.objective = objective
+        self.sigma_min = sigma_min
+        self.sigma_max = sigma_max
+
+    def _check_consistency(self):
+        if self.sigma_init < self.sigma_min or (self.sigma_max is not None and self.sigma_init > self.sigma_max):
+            raise ValueError(f"sigma_init={self.sigma_init} must lie in [sigma_min, sigma_max] = "
+                             f"[{self.sigma_min}, {self.sigma_max}], the bounds every ascent step is clipped to.")
 
     def default_sigma_search(self):
-        """DDRS's certification-time OptimizeSigma from ``sigma_init`` at the same step size (Sec. 3.6)."""
-        return GradientSigmaSearch(sigma_init=self.sigma_init, lr=self.lr)
+        """DDRS's certification-time OptimizeSigma from ``sigma_init`` at the same step size and bounds (Sec. 3.6)."""
+        return GradientSigmaSearch(sigma_init=self.sigma_init, lr=self.lr, sigma_min=self.sigma_min,
+                                   sigma_max=self.sigma_max)
 
     def _begin(self, net, X, y):
         # Alg. 1 with K = steps, resolved once per run and used on every batch.
-        self.search_ = GradientSigmaSearch(sigma_init=self.sigma_init, steps=self.steps, lr=self.lr)
+        self.search_ = GradientSigmaSearch(sigma_init=self.sigma_init, steps=self.steps, lr=self.lr,
+                                           sigma_min=self.sigma_min, sigma_max=self.sigma_max)
         self._carry(net, X, self.sigma_init)
         return True
 
