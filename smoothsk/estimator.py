@@ -267,7 +267,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         y : array-like, shape (n_samples,)
             Labels (integers or strings).
         **fit_params
-            Passed on to skorch's ``fit_loop``.
+            Passed on to skorch's ``fit_loop``; not ``epochs``, which the
+            training schedule sets (a ``TypeError``, before any training).
 
         Returns
         -------
@@ -279,6 +280,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             Before any training, and leaving a fitted estimator as it was:
             if ``device`` is not available, or if the new module rejects one
             input of X or does not return logits of shape (1, n_classes).
+        TypeError
+            Before any training: if ``fit_params`` holds ``sample_weight`` or ``epochs``.
+
+        Any error raised in training leaves a fitted estimator as it was
+        too, unless ``module`` is an instance (trained in place).
         """
         return self._fit(X, y, reset=not self.warm_start or not self.initialized_, **fit_params)
 
@@ -296,7 +302,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             some; without it, the first call learns the labels of its
             ``y``. A later call may repeat the same classes, nothing else.
         **fit_params
-            Passed on to skorch's ``fit_loop``.
+            Passed on to skorch's ``fit_loop``; not ``epochs``, which the
+            training schedule sets (a ``TypeError``, before any training).
 
         Returns
         -------
@@ -315,6 +322,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         if "sample_weight" in fit_params:
             raise TypeError(f"{type(self).__name__} does not support sample_weight: the training "
                             "loss weighs every sample equally; resample the data instead.")
+        if "epochs" in fit_params:
+            raise TypeError("fit_params may not hold 'epochs': the training schedule sets the epochs of each "
+                            "stage itself; set max_epochs or the schedule's epoch parameters instead.")
         components = self._validate_smoothing_params()
         self._check_device_available()
         X, y = _validation.check_training_data(self, X, y, reset)
@@ -338,10 +348,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 self.initialize()
                 _validation.check_module_output(self.module_, X, len(self.classes_), self.device)
             except Exception:  # a refused refit leaves the fitted estimator as it was
-                vars(self).clear()
-                vars(self).update(fitted)
-                if self.history_ is not None:  # skorch clears its history in place
-                    self.history_[:] = history
+                self._restore(fitted, history)
                 raise
             self.regions_ = RegionStore.empty(self.n_features_in_)
         # A fitted sigma function certifies the weights it was fitted for: training changes them.
@@ -365,12 +372,25 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 self.training_.run(self, X_t, y_t, **fit_params)
             except KeyboardInterrupt:
                 pass
+            except Exception:
+                # A refit that fails in training leaves the fitted estimator as it was, where the refit
+                # trained a module of its own (a module instance reused by skorch was changed in place).
+                if reset and self.module_ is not fitted.get("module_", self.module_):
+                    self._restore(fitted, history)
+                raise
             if isinstance(components["sigma_search"], BaseCertifiedSigma):
                 # A clone: the user's parameter object is never changed.
                 self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(self, X_t, y_t)
         self.notify("on_train_end", X=X_t, y=y_t)
         self.regions_ = RegionStore.empty(self.n_features_in_)  # regions certify the old weights only
         return self
+
+    def _restore(self, fitted, history):
+        """Put back the attributes ``fitted`` (``dict(vars(self))``) and the history's epochs ``history``."""
+        vars(self).clear()
+        vars(self).update(fitted)
+        if self.history_ is not None:  # skorch clears its history in place
+            self.history_[:] = history
 
     def _check_device_available(self):
         """Raise ``ValueError`` if ``device`` names a device this machine does not have."""

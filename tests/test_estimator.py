@@ -4,6 +4,8 @@ Its input, label, parameter and module checks are in ``test_validation.py``,
 nested ``set_params`` in ``test_params.py``.
 """
 
+import copy
+
 import joblib
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from training_support import digits_net, training_digits
 from sklearn.base import clone
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.model_selection import GridSearchCV
+from skorch.callbacks import Callback
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk.metrics import acr_scorer, average_certified_radius, certification_scorers
@@ -360,6 +363,31 @@ class TestUsedByFlows:
         assert list(clf.history[:, "training_stage"]) == ["pretrain"] * 2 + ["finetune"]
         np.testing.assert_array_equal(clf.train_sigmas_, fresh.train_sigmas_)
         for name, weight in fresh.module_.state_dict().items():
+            torch.testing.assert_close(clf.module_.state_dict()[name], weight, rtol=0, atol=0)
+
+    @pytest.mark.parametrize("refit", ["fit", "partial_fit"])
+    def test_epochs_in_fit_params_refused_before_training(self, digits, refit):
+        # The schedule sets the epochs of every stage itself.
+        X, y = digits[0][:40], digits[1][:40]
+        clf = tiny_digits_classifier(max_epochs=1).fit(X, y)
+        module, history = clf.module_, len(clf.history)
+        with pytest.raises(TypeError, match=r"fit_params.*'epochs'.*max_epochs"):
+            getattr(clf, refit)(X, y, epochs=2)
+        assert clf.module_ is module and len(clf.history) == history
+
+    def test_a_refit_failing_in_training_leaves_the_fitted_estimator_as_it_was(self, digits):
+        X, y = digits[0][:40], digits[1][:40]
+        clf = tiny_digits_classifier(max_epochs=1).fit(X, y)
+        module, weights, history = clf.module_, copy.deepcopy(clf.module_.state_dict()), list(clf.history)
+
+        class Fails(Callback):
+            def on_epoch_end(self, net, **kwargs):
+                raise RuntimeError("a failing callback")
+
+        with pytest.raises(RuntimeError, match="a failing callback"):
+            clf.set_params(callbacks=[Fails()]).fit(X, y)
+        assert clf.module_ is module and list(clf.history) == history
+        for name, weight in weights.items():
             torch.testing.assert_close(clf.module_.state_dict()[name], weight, rtol=0, atol=0)
 
     def test_partial_fit_learns_the_declared_classes_on_its_first_call(self, digits):
