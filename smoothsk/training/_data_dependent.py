@@ -27,7 +27,7 @@ class DataDependentTraining(PerSampleSchedule):
     the batch with it (Alg. 2). So each sample's sigma continues from the
     value of the previous epoch. Trains for the estimator's ``max_epochs``;
     ``partial_fit`` (or ``warm_start``) continues from the stored sigmas of
-    the samples it trained before (with the same ``sigma_init``), in
+    the samples it trained before (with the same ``sigma_init`` and bounds), in
     whatever row; new samples start at ``sigma_init``.
     Validation batches use the stored sigmas without optimising them.
 
