@@ -7,7 +7,7 @@ arrays and a string-to-string header; reading one runs no code (unlike pickle,
 which joblib uses). A saved estimator is one such file:
 
 - tensors, written from the CPU bit for bit: the module's ``state_dict``
-  (``module_.<key>``), ``train_sigmas_``, the arrays of the region store
+  (``module_.<key>``), ``train_sigmas_`` and ``train_keys_``, the arrays of the region store
   (``regions_.<name>``, see :meth:`~smoothsk.regions.RegionStore.to_arrays`)
   and the fitted state of a certified sigma function (``sigma_search_.<name>``,
   see below);
@@ -139,6 +139,7 @@ _MODULE_PREFIX = "module_."
 _REGIONS_PREFIX = "regions_."
 _SIGMA_FUNCTION_PREFIX = "sigma_search_."
 _TRAIN_SIGMAS = "train_sigmas_"
+_TRAIN_KEYS = "train_keys_"
 _ABSENT = object()  # an attribute one of two compared objects lacks
 _ALLOWED = ("smoothsk's public classes, torch.nn losses, torch.optim optimizers, "
             "torch.utils.data.DataLoader and skorch.dataset.Dataset")
@@ -299,6 +300,8 @@ def _fitted_tensors(estimator):
         tensors[_MODULE_PREFIX + key] = value.detach().to("cpu", copy=True).contiguous()
     if hasattr(estimator, "train_sigmas_"):
         tensors[_TRAIN_SIGMAS] = torch.from_numpy(np.array(estimator.train_sigmas_))
+    if hasattr(estimator, "train_keys_"):
+        tensors[_TRAIN_KEYS] = torch.from_numpy(np.array(estimator.train_keys_, dtype=np.uint64))
     arrays, _ = estimator.regions_.to_arrays()
     for name, array in arrays.items():
         tensors[_REGIONS_PREFIX + name] = torch.from_numpy(np.array(array))
@@ -689,7 +692,7 @@ def _rebuild(cls, document, tensors, source, module, classes):
         raise ValueError(f"{source}: the file holds a {document.get('estimator')!r}, not a {class_name(cls)!r}.")
     unknown = sorted(name for name in tensors
                      if not name.startswith((_MODULE_PREFIX, _REGIONS_PREFIX, _SIGMA_FUNCTION_PREFIX))
-                     and name != _TRAIN_SIGMAS)
+                     and name not in (_TRAIN_SIGMAS, _TRAIN_KEYS))
     if unknown:
         raise ValueError(f"{source}: the file holds tensors {unknown} that no fitted attribute uses.")
     params = _decode_params(document, classes, module, source)
@@ -714,6 +717,8 @@ def _rebuild(cls, document, tensors, source, module, classes):
             raise ValueError(f"{source}: train_sigmas_ must be a 1-d float array; got dtype "
                              f"{train_sigmas.dtype} and shape {train_sigmas.shape}.")
         estimator.train_sigmas_ = train_sigmas
+    if _TRAIN_KEYS in tensors:  # whose sigmas train_sigmas_ are, for a later partial_fit
+        estimator.train_keys_ = tensors[_TRAIN_KEYS].numpy()
     estimator.regions_ = _decode_regions(document.get("regions_"), tensors, estimator.n_features_in_, source)
     estimator.history = History(history)
     _decode_sigma_function(estimator, document.get("sigma_search_"), _prefixed(tensors, _SIGMA_FUNCTION_PREFIX),

@@ -117,7 +117,14 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     module_ : torch.nn.Module
         The trained base classifier.
     train_sigmas_ : ndarray of float, shape (n_train,)
-        Noise level of each training sample at the end of training.
+        Noise level of each training sample (rows of the last ``fit`` or
+        ``partial_fit`` call) at the end of training.
+    train_keys_ : ndarray of uint64, shape (n_train,)
+        Whose sigma each entry of ``train_sigmas_`` is: a hash of the
+        sample's input values and of the schedule's class and sigma
+        parameters. A later ``partial_fit`` (or ``warm_start`` fit) keeps the
+        sigma of each sample it meets again under the same schedule, in
+        whatever row; other samples start at the schedule's initial sigma.
     training_ : BaseTrainingSchedule
         The clone of ``training`` (or of its default) that ran the last
         ``fit``/``partial_fit`` call, with that run's state (``objective_``,
@@ -135,7 +142,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     n_features_in_ : int
         Number of values in one input.
     history : skorch.History
-        skorch's training history.
+        skorch's training history (where ``partial_fit`` resumes the
+        schedule); a new module (``set_params(module__...)``) starts a new
+        one and drops ``train_sigmas_`` and ``train_keys_``.
 
     Notes
     -----
@@ -258,7 +267,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         y : array-like, shape (n_samples,)
             Labels (integers or strings).
         **fit_params
-            Passed on to skorch's ``fit_loop``.
+            Passed on to skorch's ``fit_loop``; not ``epochs``, which the
+            training schedule sets (a ``TypeError``, before any training).
 
         Returns
         -------
@@ -270,6 +280,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             Before any training, and leaving a fitted estimator as it was:
             if ``device`` is not available, or if the new module rejects one
             input of X or does not return logits of shape (1, n_classes).
+        TypeError
+            Before any training: if ``fit_params`` holds ``sample_weight`` or ``epochs``.
+
+        Any error raised in training leaves a fitted estimator as it was
+        too, unless ``module`` is an instance (trained in place).
         """
         return self._fit(X, y, reset=not self.warm_start or not self.initialized_, **fit_params)
 
@@ -287,7 +302,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             some; without it, the first call learns the labels of its
             ``y``. A later call may repeat the same classes, nothing else.
         **fit_params
-            Passed on to skorch's ``fit_loop``.
+            Passed on to skorch's ``fit_loop``; not ``epochs``, which the
+            training schedule sets (a ``TypeError``, before any training).
 
         Returns
         -------
@@ -306,6 +322,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         if "sample_weight" in fit_params:
             raise TypeError(f"{type(self).__name__} does not support sample_weight: the training "
                             "loss weighs every sample equally; resample the data instead.")
+        if "epochs" in fit_params:
+            raise TypeError("fit_params may not hold 'epochs': the training schedule sets the epochs of each "
+                            "stage itself; set max_epochs or the schedule's epoch parameters instead.")
         components = self._validate_smoothing_params()
         self._check_iterator_options()
         self._check_device_available()
@@ -330,10 +349,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 self.initialize()
                 _validation.check_module_output(self.module_, X, len(self.classes_), self.device)
             except Exception:  # a refused refit leaves the fitted estimator as it was
-                vars(self).clear()
-                vars(self).update(fitted)
-                if self.history_ is not None:  # skorch clears its history in place
-                    self.history_[:] = history
+                self._restore(fitted, history)
                 raise
             self.regions_ = RegionStore.empty(self.n_features_in_)
         # A fitted sigma function certifies the weights it was fitted for: training changes them.
@@ -357,12 +373,25 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 self.training_.run(self, X_t, y_t, **fit_params)
             except KeyboardInterrupt:
                 pass
+            except Exception:
+                # A refit that fails in training leaves the fitted estimator as it was, where the refit
+                # trained a module of its own (a module instance reused by skorch was changed in place).
+                if reset and self.module_ is not fitted.get("module_", self.module_):
+                    self._restore(fitted, history)
+                raise
             if isinstance(components["sigma_search"], BaseCertifiedSigma):
                 # A clone: the user's parameter object is never changed.
                 self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(self, X_t, y_t)
         self.notify("on_train_end", X=X_t, y=y_t)
         self.regions_ = RegionStore.empty(self.n_features_in_)  # regions certify the old weights only
         return self
+
+    def _restore(self, fitted, history):
+        """Put back the attributes ``fitted`` (``dict(vars(self))``) and the history's epochs ``history``."""
+        vars(self).clear()
+        vars(self).update(fitted)
+        if self.history_ is not None:  # skorch clears its history in place
+            self.history_[:] = history
 
     def _check_device_available(self):
         """Raise ``ValueError`` if ``device`` names a device this machine does not have."""
@@ -376,6 +405,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
 
     def initialize_module(self):
         """Build the module (seeded by ``random_state``), passing ``n_classes`` if it takes it.
+
+        On a fitted estimator (``set_params(module__...)``) the new module is
+        a new, untrained model: the old one's regions, fitted sigma function,
+        history and training sigmas go with it, so a later ``partial_fit``
+        runs the training schedule from its start.
 
         Returns
         -------
@@ -397,6 +431,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             # A new module is a new model, even where its seeded state_dict (and so the
             # store's weights fingerprint) equals the old one's: its regions certify the old model.
             self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+            # Nor has it trained: the old module's epochs would resume the schedule past its start.
+            self.initialize_history()
+            for name in ("train_sigmas_", "train_keys_"):
+                vars(self).pop(name, None)
         vars(self).pop("sigma_search_", None)  # fitted for the old module, like the regions
         return self
 

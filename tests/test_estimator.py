@@ -4,22 +4,26 @@ Its input, label, parameter and module checks are in ``test_validation.py``,
 nested ``set_params`` in ``test_params.py``.
 """
 
+import copy
+
 import joblib
 import numpy as np
 import pytest
 import torch
 from conftest import LevelSelectorLogits, LinearLogits, SlabLogits, tiny_digits_classifier
 from scipy import stats
+from training_support import digits_net, training_digits
 from sklearn.base import clone
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.model_selection import GridSearchCV
+from skorch.callbacks import Callback
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk.metrics import acr_scorer, average_certified_radius, certification_scorers
 from smoothsk.models import DigitsCNN, FlatMLP
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma
-from smoothsk.training import FixedSigmaTraining
+from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GridSigmaSearch
+from smoothsk.training import FixedSigmaTraining, GaussianNoise, PretrainFinetune
 
 #: Error probability of each statistical check below (a binomial or chi-square quantile).
 CHECK_LEVEL = 1e-6
@@ -356,6 +360,46 @@ class TestUsedByFlows:
         clf.partial_fit(X, y)
         assert clf.module_ is module and len(clf.history) == 2
 
+    def test_partial_fit_after_a_module_rebuild_trains_the_new_module_from_the_start(self):
+        # The old module's epochs and training sigmas are not the new module's: partial_fit
+        # runs its whole schedule, as a fresh fit with the same parameters does.
+        X, y = training_digits()
+        schedule = PretrainFinetune(pretrain_epochs=2, finetune_epochs=1, objective=GaussianNoise(),
+                                    assignment=GridSigmaSearch(0.12, 0.5, 0.05, n=50))
+        clf = digits_net(X[:100], y[:100], training=schedule).set_params(module__hidden=16)
+        assert len(clf.history) == 0 and not hasattr(clf, "train_sigmas_")
+        clf.partial_fit(X[:100], y[:100])
+        fresh = clone(clf).fit(X[:100], y[:100])
+        assert list(clf.history[:, "training_stage"]) == ["pretrain"] * 2 + ["finetune"]
+        np.testing.assert_array_equal(clf.train_sigmas_, fresh.train_sigmas_)
+        for name, weight in fresh.module_.state_dict().items():
+            torch.testing.assert_close(clf.module_.state_dict()[name], weight, rtol=0, atol=0)
+
+    @pytest.mark.parametrize("refit", ["fit", "partial_fit"])
+    def test_epochs_in_fit_params_refused_before_training(self, digits, refit):
+        # The schedule sets the epochs of every stage itself.
+        X, y = digits[0][:40], digits[1][:40]
+        clf = tiny_digits_classifier(max_epochs=1).fit(X, y)
+        module, history = clf.module_, len(clf.history)
+        with pytest.raises(TypeError, match=r"fit_params.*'epochs'.*max_epochs"):
+            getattr(clf, refit)(X, y, epochs=2)
+        assert clf.module_ is module and len(clf.history) == history
+
+    def test_a_refit_failing_in_training_leaves_the_fitted_estimator_as_it_was(self, digits):
+        X, y = digits[0][:40], digits[1][:40]
+        clf = tiny_digits_classifier(max_epochs=1).fit(X, y)
+        module, weights, history = clf.module_, copy.deepcopy(clf.module_.state_dict()), list(clf.history)
+
+        class Fails(Callback):
+            def on_epoch_end(self, net, **kwargs):
+                raise RuntimeError("a failing callback")
+
+        with pytest.raises(RuntimeError, match="a failing callback"):
+            clf.set_params(callbacks=[Fails()]).fit(X, y)
+        assert clf.module_ is module and list(clf.history) == history
+        for name, weight in weights.items():
+            torch.testing.assert_close(clf.module_.state_dict()[name], weight, rtol=0, atol=0)
+
     def test_partial_fit_learns_the_declared_classes_on_its_first_call(self, digits):
         # scikit-learn's convention: the first partial_fit names every class,
         # including those its first batch lacks; later batches may hold them.
@@ -416,8 +460,6 @@ class TestGuarantee:
         assert details.guarantee == "g at the fixed sigma 0.5 (the classifier predict queries), stateless"
 
     def test_own_sigma_search_is_not_about_the_sample_wise_classifier(self, make_linear_classifier):
-        from smoothsk.sigma import GridSigmaSearch
-
         clf = make_linear_classifier([1.0, -1.0], n=50, n0=10, sigma_search=GridSigmaSearch(0.2, 0.5, step=0.1, n=20))
         _, _, details = clf.certify(np.array([[1.0, 0.0]], dtype=np.float32), return_details=True)
         assert "not G" in details.guarantee

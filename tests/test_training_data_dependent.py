@@ -1,10 +1,13 @@
 """DDRS training: per-batch sigma ascent, warm-started across epochs and fit calls."""
 
 import numpy as np
+import pytest
 import torch
 from scipy import stats
 from training_support import SigmaRecorder, digits_net, training_digits
 
+from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.models import FlatMLP
 from smoothsk.training import DataDependentTraining
 
 
@@ -46,3 +49,24 @@ def test_data_dependent_batch_sigma_starts_from_stored():
     net.module_.eval()
     sigma = run.batch_sigma(net, torch.from_numpy(X[:20]), torch.as_tensor(y[:20]), torch.arange(20))
     np.testing.assert_array_equal(sigma.double().numpy(), stored[:20].astype(np.float32))
+
+
+def test_sigmas_stay_where_the_schedule_bounds_allow():
+    # A step of lr=1e-9 barely moves a sigma: nothing but a bound can lift sigma_init=0.001.
+    X, y = training_digits()
+    schedule = DataDependentTraining(sigma_init=0.001, steps=1, lr=1e-9, warmup_epochs=0, sigma_min=1e-4)
+    net = digits_net(X[:100], y[:100], training=schedule, max_epochs=1)
+    np.testing.assert_allclose(net.train_sigmas_, 0.001, atol=1e-6)
+    assert net.training_.default_sigma_search().sigma_min == 1e-4
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"sigma_init": 0.001}, r"sigma_init=0\.001 must lie in \[sigma_min, sigma_max\] = \[0\.01, None\]"),
+    ({"sigma_init": 0.5, "sigma_max": 0.4}, r"sigma_init=0\.5 must lie in \[sigma_min, sigma_max\] = \[0\.01, 0\.4\]"),
+])
+def test_sigma_init_outside_the_bounds_refused_before_training(params, message):
+    X, y = training_digits()
+    net = SampleWiseSmoothedClassifier(FlatMLP, training=DataDependentTraining(**params))
+    with pytest.raises(ValueError, match=message):
+        net.fit(X[:50], y[:50])
+    assert not net.initialized_

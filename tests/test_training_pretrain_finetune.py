@@ -1,10 +1,13 @@
 """PFAT's pretrain-to-finetune schedule: uniform sigmas, assignment, finetuning and its resume."""
 
 import numpy as np
+import pytest
 from scipy import stats
 from training_support import SigmaRecorder, digits_net, training_digits
 
-from smoothsk.sigma import GridSigmaSearch
+from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.models import FlatMLP
+from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GridSigmaSearch, SemiElasticSigma
 from smoothsk.training import GaussianNoise, PretrainFinetune
 
 
@@ -55,3 +58,19 @@ def test_partial_fit_follows_changed_schedule_parameters():
     assert list(net.history[:, "training_stage"]) == ["pretrain"] + ["finetune"] * 3
     assert net.training_ is not first_run and net.training_.finetune_epochs == 3
     assert schedule.finetune_epochs == 1 and net.training is not schedule  # set_params replaced it by a clone
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"sigma_min": 0.01, "sigma_max": 0.04},
+     r"default assignment.*multiples of 0\.05.*\[0\.01, 0\.04\].*pass assignment="),
+    ({"assignment": CertifiedSigmaSelector(levels=[0.25, 0.5])}, r"assignment=CertifiedSigmaSelector.*fit_sigma"),
+    ({"assignment": SemiElasticSigma(base_sigma=0.25, r=0.1, k=1)}, r"assignment=SemiElasticSigma.*fit_sigma"),
+], ids=["empty default grid", "selector", "semi-elastic"])
+def test_assignment_refused_before_any_training(params, message):
+    # The search that assigns the finetuning sigmas would only run after the pretraining epochs.
+    X, y = training_digits()
+    schedule = PretrainFinetune(pretrain_epochs=1, finetune_epochs=1, objective=GaussianNoise(), **params)
+    net = SampleWiseSmoothedClassifier(FlatMLP, training=schedule, sigma_search=FixedSigma(0.25))
+    with pytest.raises(ValueError, match=message):
+        net.fit(X[:50], y[:50])
+    assert not net.initialized_

@@ -28,11 +28,14 @@ class BaseTrainingSchedule(Component):
     and ``partial_fit`` call), and the run state (``stage_``, the stage
     being trained, and ``objective_``, its objective) lives on that clone.
     What a later ``partial_fit`` resumes from lives on the estimator
-    (``history``, ``train_sigmas_``).
+    (``history``, ``train_sigmas_`` and ``train_keys_``).
     """
 
     #: Seconds spent choosing sigmas and not yet logged; each run's clone starts at 0.
     _sigma_seconds = 0.0
+    #: Parameters that define the training sigmas: a later fit call keeps a sample's sigma only where
+    #: the schedule's class and these values are the same (see ``smoothsk.training._per_sample``).
+    _sigma_params = ()
 
     @abstractmethod
     def _plan(self):

@@ -7,7 +7,7 @@ from .._constraints import HasMethods, Interval
 from .._modes import evaluating
 from ..sigma import GradientSigmaSearch
 from ._objectives import GaussianNoise
-from ._per_sample import PerSampleSchedule, full_sigmas, training_engine
+from ._per_sample import PerSampleSchedule, training_engine
 from ._stage import Stage, completed_epochs
 
 #: The stage, and the label of its first ``warmup_epochs`` epochs (sigma_init, K = 0).
@@ -26,8 +26,9 @@ class DataDependentTraining(PerSampleSchedule):
     on its samples, from their current sigmas, stores the result and trains
     the batch with it (Alg. 2). So each sample's sigma continues from the
     value of the previous epoch. Trains for the estimator's ``max_epochs``;
-    ``partial_fit`` (or ``warm_start``) continues from the stored sigmas
-    (they start again from ``sigma_init`` on a training set of another size).
+    ``partial_fit`` (or ``warm_start``) continues from the stored sigmas of
+    the samples it trained before (with the same ``sigma_init`` and bounds), in
+    whatever row; new samples start at ``sigma_init``.
     Validation batches use the stored sigmas without optimising them.
 
     Parameters
@@ -44,6 +45,11 @@ class DataDependentTraining(PerSampleSchedule):
         50 of 200 epochs with K = 0).
     objective : BaseObjective or None, default=None
         Batch loss ("TrainFunction"); None means :class:`GaussianNoise`.
+    sigma_min, sigma_max : float, float or None, default=0.01, None
+        Bounds every ascent step clips sigma to (in training and in
+        :meth:`default_sigma_search`; None: no upper bound); ``sigma_init``
+        must lie between them. The paper leaves sigma free; the lower bound
+        keeps the noise from vanishing.
 
     Notes
     -----
@@ -67,24 +73,37 @@ class DataDependentTraining(PerSampleSchedule):
         "lr": [Interval(Real, 0, None, closed="neither")],
         "warmup_epochs": [Interval(Integral, 0, None, closed="left")],
         "objective": [HasMethods(["loss"]), None],
+        "sigma_min": [Interval(Real, 0, None, closed="neither")],
+        "sigma_max": [Interval(Real, 0, None, closed="neither"), None],
     }
 
-    def __init__(self, sigma_init=0.25, steps=1, lr=1e-4, warmup_epochs=50, objective=None):
+    _sigma_params = ("sigma_init", "sigma_min", "sigma_max")
+
+    def __init__(self, sigma_init=0.25, steps=1, lr=1e-4, warmup_epochs=50, objective=None, sigma_min=0.01,
+                 sigma_max=None):
         self.sigma_init = sigma_init
         self.steps = steps
         self.lr = lr
         self.warmup_epochs = warmup_epochs
         self.objective = objective
+        self.sigma_min = sigma_min
+        self.sigma_max = sigma_max
+
+    def _check_consistency(self):
+        if self.sigma_init < self.sigma_min or (self.sigma_max is not None and self.sigma_init > self.sigma_max):
+            raise ValueError(f"sigma_init={self.sigma_init} must lie in [sigma_min, sigma_max] = "
+                             f"[{self.sigma_min}, {self.sigma_max}], the bounds every ascent step is clipped to.")
 
     def default_sigma_search(self):
-        """DDRS's certification-time OptimizeSigma from ``sigma_init`` at the same step size (Sec. 3.6)."""
-        return GradientSigmaSearch(sigma_init=self.sigma_init, lr=self.lr)
+        """DDRS's certification-time OptimizeSigma from ``sigma_init`` at the same step size and bounds (Sec. 3.6)."""
+        return GradientSigmaSearch(sigma_init=self.sigma_init, lr=self.lr, sigma_min=self.sigma_min,
+                                   sigma_max=self.sigma_max)
 
     def _begin(self, net, X, y):
         # Alg. 1 with K = steps, resolved once per run and used on every batch.
-        self.search_ = GradientSigmaSearch(sigma_init=self.sigma_init, steps=self.steps, lr=self.lr)
-        if self._restart(net, len(X)):
-            net.train_sigmas_ = full_sigmas(len(X), self.sigma_init)
+        self.search_ = GradientSigmaSearch(sigma_init=self.sigma_init, steps=self.steps, lr=self.lr,
+                                           sigma_min=self.sigma_min, sigma_max=self.sigma_max)
+        self._carry(net, X, self.sigma_init)
         return True
 
     def _default_component(self, name):

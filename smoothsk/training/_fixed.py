@@ -9,6 +9,7 @@ from .._constraints import HasMethods, Interval
 from ..sigma import FixedSigma
 from ._base import BaseTrainingSchedule
 from ._objectives import GaussianNoise
+from ._per_sample import sample_keys
 from ._stage import Stage
 
 #: The stage of every epoch.
@@ -39,6 +40,8 @@ class FixedSigmaTraining(BaseTrainingSchedule):
         "objective": [HasMethods(["loss"]), None],
     }
 
+    _sigma_params = ("sigma",)
+
     def __init__(self, sigma=0.25, objective=None):
         self.sigma = sigma
         self.objective = objective
@@ -50,7 +53,7 @@ class FixedSigmaTraining(BaseTrainingSchedule):
         return [Stage(FIXED, None, self._component("objective"))]
 
     def _begin(self, net, X, y):
-        net.train_sigmas_ = np.full(len(X), float(self.sigma))
+        net.train_sigmas_, net.train_keys_ = np.full(len(X), float(self.sigma)), sample_keys(self, X)
         return True
 
     def batch_sigma(self, net, X, y, index):

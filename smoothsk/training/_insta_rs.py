@@ -9,7 +9,7 @@ from .._modes import evaluating
 from .._stages import LEVEL_UPDATE_STAGE
 from ..sigma import MultiStartFGSS
 from ..sigma._fgss import approximate_radius
-from ._per_sample import PerSampleSchedule, full_sigmas, training_engine
+from ._per_sample import PerSampleSchedule, training_engine
 from ._smoothadv import SmoothAdv
 from ._stage import Stage
 
@@ -38,8 +38,10 @@ class InstaRSTrain(PerSampleSchedule):
 
     ``partial_fit`` (or ``fit`` with ``warm_start=True``) resumes an unfinished
     stage I with the current levels; a finished run finetunes
-    ``stage2_epochs`` more epochs. On a training set of another size the
-    levels start again from 1.
+    ``stage2_epochs`` more epochs. Levels follow the samples, not the rows:
+    a sample the previous call trained (with the same ``sigma0`` and
+    ``max_level``) keeps its level, a new one starts at level 1, and where
+    no sample is known the stage plan starts over.
 
     Parameters
     ----------
@@ -91,6 +93,8 @@ class InstaRSTrain(PerSampleSchedule):
         "stage2_lr": [Interval(Real, 0, None, closed="neither"), None],
     }
 
+    _sigma_params = ("sigma0", "max_level")
+
     def __init__(self, sigma0=0.25, max_level=16, update_every=10, num_noise=8, stage1_epochs=150,
                  stage2_epochs=150, stage1_objective=None, stage2_objective=None, stage2_lr=0.001):
         self.sigma0 = sigma0
@@ -117,10 +121,8 @@ class InstaRSTrain(PerSampleSchedule):
         return np.rint((net.train_sigmas_ / self.sigma0) ** 2).astype(np.int64)
 
     def _begin(self, net, X, y):
-        if self._restart(net, len(X)):  # levels, and the stage plan, start over at level 1
-            net.train_sigmas_ = full_sigmas(len(X), self.sigma0)
-            return False
-        return True
+        # New samples start at level 1; where none is known, the stage plan starts over too.
+        return bool(self._carry(net, X, self.sigma0).any())
 
     def _default_component(self, name):
         return SmoothAdv(epsilon="adaptive") if name in ("stage1_objective", "stage2_objective") else None

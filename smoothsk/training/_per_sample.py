@@ -1,12 +1,21 @@
 """What the schedules with a noise level per training sample share.
 
 The per-sample noise levels live in ``net.train_sigmas_`` (float64, one per
-training sample).
+row of the last fit call's training set) and ``net.train_keys_`` says whose
+they are: the key of a row (:func:`sample_keys`) hashes its input's values
+together with the schedule's class and the parameters that define its
+sigmas (``_sigma_params``). A later fit call keeps the sigma of every
+sample whose key it meets again, in whatever row (the ``k``-th repeat of an
+input takes the ``k``-th one's sigma); any other sample, and every sample
+under another schedule or other sigma parameters, starts at the schedule's
+initial sigma.
 """
 
 import numpy as np
 import torch
 
+from .._data import input_ids
+from .._digest import value_digest
 from ..engine import MonteCarloEngine
 from ._base import BaseTrainingSchedule
 
@@ -28,6 +37,51 @@ def training_engine(net):
                             net.n_jobs, root_seed=seed)
 
 
+def sample_keys(schedule, X):
+    """Key of each training sample's sigma under ``schedule`` (see the module docstring).
+
+    Parameters
+    ----------
+    schedule : BaseTrainingSchedule
+        Its class and the values of its ``_sigma_params`` enter every key.
+    X : torch.Tensor, shape (n, *input_shape)
+        Training inputs (float32).
+
+    Returns
+    -------
+    keys : ndarray of uint64, shape (n,)
+    """
+    settings = (type(schedule).__module__, type(schedule).__qualname__,
+                {name: getattr(schedule, name) for name in schedule._sigma_params})
+    return input_ids(X.cpu().numpy()) ^ np.uint64(int(value_digest(settings)[:16], 16))
+
+
+def _occurrence(keys):
+    """How many earlier entries of ``keys`` equal each one (int64 ndarray)."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[order] = np.arange(len(keys)) - np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
+    return rank
+
+
+def matched_rows(old_keys, keys):
+    """For each of ``keys``, the row of ``old_keys`` holding its ``k``-th repeat as the ``k``-th (-1: none).
+
+    Returns
+    -------
+    rows : ndarray of int64, shape (len(keys),)
+    """
+    pairs = np.column_stack([np.concatenate([old_keys, keys]),
+                             np.concatenate([_occurrence(old_keys), _occurrence(keys)]).astype(np.uint64)])
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    row_of = np.full(len(unique), -1, dtype=np.int64)
+    row_of[inverse[:len(old_keys)]] = np.arange(len(old_keys))
+    return row_of[inverse[len(old_keys):]]
+
+
 class PerSampleSchedule(BaseTrainingSchedule):
     """Base of the schedules with per-sample sigmas stored in ``net.train_sigmas_``."""
 
@@ -35,10 +89,27 @@ class PerSampleSchedule(BaseTrainingSchedule):
         sigma = net.train_sigmas_[index.cpu().numpy()]
         return torch.as_tensor(sigma, dtype=X.dtype, device=X.device)
 
-    @staticmethod
-    def _restart(net, n_samples):
-        """Whether per-sample state must start afresh (new fit, or data of another size)."""
-        return len(net.history) == 0 or len(getattr(net, "train_sigmas_", ())) != n_samples
+    def _carry(self, net, X, initial):
+        """Set ``net.train_sigmas_`` and ``net.train_keys_`` for the training set ``X``.
+
+        A sample whose key the previous fit call of this training had keeps
+        its sigma; the others (all of them on a fresh fit) start at ``initial``.
+
+        Returns
+        -------
+        known : ndarray of bool, shape (len(X),)
+            The samples that kept their sigma.
+        """
+        keys = sample_keys(self, X)
+        sigmas = np.full(len(X), float(initial))
+        known = np.zeros(len(X), dtype=bool)
+        old_keys = getattr(net, "train_keys_", None)
+        if len(net.history) and old_keys is not None and len(old_keys) == len(getattr(net, "train_sigmas_", ())):
+            rows = matched_rows(old_keys, keys)
+            known = rows >= 0
+            sigmas[known] = net.train_sigmas_[rows[known]]
+        net.train_sigmas_, net.train_keys_ = sigmas, keys
+        return known
 
 
 def uniform_sigmas(net, n_samples, low, high):
@@ -46,8 +117,3 @@ def uniform_sigmas(net, n_samples, low, high):
     generator = net.noise_generator_
     draws = torch.rand(n_samples, generator=generator, device=generator.device, dtype=torch.float64)
     return low + (high - low) * draws.cpu().numpy()
-
-
-def full_sigmas(n_samples, sigma):
-    """``n_samples`` copies of ``sigma`` (float64 ndarray)."""
-    return np.full(n_samples, float(sigma))

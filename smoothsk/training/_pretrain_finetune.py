@@ -3,10 +3,11 @@
 from numbers import Integral, Real
 
 import numpy as np
+import torch
 from .._constraints import HasMethods, Interval
 
 from .._modes import evaluating
-from ..sigma import GridSigmaSearch
+from ..sigma import BaseCertifiedSigma, GridSigmaSearch
 from ._per_sample import PerSampleSchedule, training_engine, uniform_sigmas
 from ._smoothadv import SmoothAdv
 from ._stage import Stage
@@ -42,8 +43,9 @@ class PretrainFinetune(PerSampleSchedule):
 
     ``partial_fit`` (or ``fit`` with ``warm_start=True``) resumes: an
     unfinished pretraining is completed, and a finished run finetunes
-    ``finetune_epochs`` more epochs with the assigned sigmas (assigned anew
-    if the training set has another size).
+    ``finetune_epochs`` more epochs with the assigned sigmas: a sample
+    finetuned before (with the same ``sigma_min``, ``sigma_max`` and
+    ``assignment``) keeps its sigma in whatever row, a new one is assigned.
 
     Parameters
     ----------
@@ -59,7 +61,11 @@ class PretrainFinetune(PerSampleSchedule):
         ``SmoothAdv(epsilon=1.0, steps=2, num_noise=4)`` (Alg. 1 line 1).
     assignment : BaseSigmaSearch or None, default=None
         Search that assigns the training sigmas, called with labels; None
-        means ``GridSigmaSearch(sigma_min, sigma_max, step=0.05, n=500)``.
+        means ``GridSigmaSearch(sigma_min, sigma_max, step=0.05, n=500)``
+        (so ``[sigma_min, sigma_max]`` must hold a multiple of 0.05). A
+        certified sigma function (``BaseCertifiedSigma``), which needs
+        fitting to a trained model, is refused. Both are checked before
+        any training.
 
     Notes
     -----
@@ -90,6 +96,8 @@ class PretrainFinetune(PerSampleSchedule):
         "assignment": [HasMethods(["search"]), None],
     }
 
+    _sigma_params = ("sigma_min", "sigma_max", "assignment")
+
     def __init__(self, sigma_min=0.12, sigma_max=0.50, pretrain_epochs=150, finetune_epochs=150,
                  finetune_lr=0.001, objective=None, assignment=None):
         self.sigma_min = sigma_min
@@ -103,6 +111,17 @@ class PretrainFinetune(PerSampleSchedule):
     def _check_consistency(self):
         if self.sigma_min >= self.sigma_max:
             raise ValueError(f"sigma_min must be < sigma_max; got {self.sigma_min} and {self.sigma_max}.")
+        # The assignment runs only after the pretraining epochs: refuse one that cannot run now.
+        if isinstance(self.assignment, BaseCertifiedSigma):
+            raise ValueError(
+                f"assignment={type(self.assignment).__name__}(...) is a certified sigma function, which must "
+                "first be fitted to a trained model (fit_sigma); PretrainFinetune calls its assignment as it "
+                "is. Pass a sigma search such as GridSigmaSearch, or None for PFAT's grid.")
+        if self.assignment is None and len(self._default_component("assignment").grid_sigmas()) == 0:
+            raise ValueError(
+                f"The default assignment searches the multiples of {_GRID_STEP} in [sigma_min, sigma_max] = "
+                f"[{self.sigma_min}, {self.sigma_max}], and none lies there: widen the range or pass "
+                "assignment=GridSigmaSearch(sigma_min, sigma_max, step=...) with a finer step.")
 
     def default_sigma_search(self):
         """PFAT's test-time search: the same grid, 1,000 samples per point (Eq. 7, App. A.1)."""
@@ -118,8 +137,8 @@ class PretrainFinetune(PerSampleSchedule):
         return None
 
     def _begin(self, net, X, y):
-        # The search that assigns the training sigmas (Eq. 5), resolved once per run.
-        self.assignment_ = self._component("assignment")
+        self.assignment_ = self._component("assignment")  # the search of Eq. 5, resolved once per run
+        self.known_ = self._carry(net, X, self.sigma_min)  # the samples whose assigned sigma a finetuning keeps
         return True
 
     def _plan(self):
@@ -134,13 +153,15 @@ class PretrainFinetune(PerSampleSchedule):
     def _assign(self, net, X, y, fresh):
         """PFAT Eq. 5 / Alg. 1 line 11: each training sample's sigma, searched with its label.
 
-        Done when the finetuning starts, and again when the training set changed size;
-        a resumed finetuning keeps the assigned sigmas.
+        Done for every sample when the finetuning starts; a resumed finetuning
+        keeps the sigmas of the samples it finetuned before and assigns the new ones.
         """
-        if fresh or self._restart(net, len(X)):
+        rows = np.ones(len(X), dtype=bool) if fresh else ~self.known_
+        if rows.any():
+            subset = torch.from_numpy(rows)
             with self._timing(), evaluating(net.module_):
-                sigma = self.assignment_.search(training_engine(net), X, y.cpu().numpy()).sigma
-            net.train_sigmas_ = np.asarray(sigma, dtype=np.float64)
+                sigma = self.assignment_.search(training_engine(net), X[subset], y[subset].cpu().numpy()).sigma
+            net.train_sigmas_[rows] = sigma
 
     def on_epoch_begin(self, net):
         if self.stage_ == PRETRAIN:  # Eq. 4 / Alg. 1 line 3: fresh sigmas every epoch

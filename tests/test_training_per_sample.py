@@ -1,0 +1,71 @@
+"""Per-sample training sigmas across fit calls: they follow the samples, under the schedule that set them."""
+
+import numpy as np
+import pytest
+from training_support import digits_net, training_digits
+
+from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.sigma import GridSigmaSearch
+from smoothsk.training import (
+    DataDependentTraining,
+    FixedSigmaTraining,
+    GaussianNoise,
+    InstaRSTrain,
+    PretrainFinetune,
+)
+from smoothsk.training._per_sample import matched_rows
+
+
+def assigned_net(X, y):
+    """A PFAT-trained net whose finetuning is done, its sigmas assigned per sample."""
+    schedule = PretrainFinetune(pretrain_epochs=1, finetune_epochs=1, objective=GaussianNoise(),
+                                assignment=GridSigmaSearch(0.12, 0.5, 0.05, n=50))
+    net = digits_net(X, y, training=schedule)
+    assert len(np.unique(net.train_sigmas_)) > 1
+    return net
+
+
+def test_sigmas_follow_the_samples_in_another_order():
+    X, y = training_digits()
+    net = assigned_net(X[:100], y[:100])
+    assigned = net.train_sigmas_.copy()
+    order = np.random.default_rng(0).permutation(100)
+    net.partial_fit(X[order], y[order])
+    np.testing.assert_array_equal(net.train_sigmas_, assigned[order])
+    assert net.history[-1, "sigma_time"] == 0  # every sample known: nothing searched again
+
+
+def test_new_samples_get_their_own_sigmas_and_known_ones_keep_theirs(tmp_path):
+    # Half of a same-sized training set is new: the known half keeps its sigmas (now in other
+    # rows), the new half is assigned by the search; also after a save and load.
+    X, y = training_digits()
+    net = assigned_net(X[:100], y[:100])
+    assigned = net.train_sigmas_.copy()
+    net.save(tmp_path / "net.safetensors")
+    for resumed in (net, SampleWiseSmoothedClassifier.load(tmp_path / "net.safetensors")):
+        resumed.partial_fit(X[50:150], y[50:150])
+        np.testing.assert_array_equal(resumed.train_sigmas_[:50], assigned[50:])
+        assert resumed.history[-1, "sigma_time"] > 0
+        assert np.all(np.isin(resumed.train_sigmas_[50:], GridSigmaSearch(0.12, 0.5, 0.05).grid_sigmas()))
+
+
+@pytest.mark.parametrize("schedule, start", [
+    (InstaRSTrain(sigma0=0.25, update_every=10, stage1_epochs=2, stage2_epochs=0, num_noise=2,
+                  stage1_objective=GaussianNoise(), stage2_objective=GaussianNoise()), 0.25),
+    (InstaRSTrain(sigma0=0.25, max_level=4, stage1_epochs=0, stage2_epochs=1,
+                  stage1_objective=GaussianNoise(), stage2_objective=GaussianNoise()), 0.25),
+    (DataDependentTraining(sigma_init=0.25, warmup_epochs=5), 0.25),
+], ids=["insta-rs stage I", "insta-rs stage II, max_level 4", "data-dependent warm-up"])
+def test_another_schedule_starts_every_sample_at_its_own_initial_sigma(schedule, start):
+    # The sigmas of FixedSigmaTraining(2.0) are not levels of Insta-RS nor DDRS's starting point.
+    X, y = training_digits()
+    net = digits_net(X[:100], y[:100], training=FixedSigmaTraining(2.0), max_epochs=1)
+    net.set_params(training=schedule).partial_fit(X[:100], y[:100])
+    np.testing.assert_array_equal(net.train_sigmas_, np.full(100, start))
+
+
+def test_repeated_inputs_are_matched_in_order():
+    # The k-th repeat of a key takes the sigma of the k-th one; a repeat beyond those known is new.
+    old = np.array([5, 7, 5], dtype=np.uint64)
+    new = np.array([5, 5, 5, 9, 7], dtype=np.uint64)
+    np.testing.assert_array_equal(matched_rows(old, new), [0, 2, -1, -1, 1])
