@@ -8,6 +8,7 @@ from regions_support import ORDERS, Oracle, assert_disjoint, assert_inside_regio
 from scipy.optimize import linprog
 
 from smoothsk.regions import OnlineBallAllocator, RegionStore, TransductiveLPAllocator
+from smoothsk.regions._layout import MARGIN
 from smoothsk.regions._lp import max_radii_lp
 
 
@@ -61,6 +62,14 @@ class TestTransductiveLPAllocator:
         keep = distance[i, j] < upper[i] + upper[j]
         radius = max_radii_lp(i[keep], j[keep], distance[i, j][keep] * scale, upper * scale)
         np.testing.assert_allclose(radius.sum() / scale, brute_force_lp(distance, upper), rtol=1e-6)
+
+    def test_close_pairs_among_far_ones_keep_their_optimum(self):
+        # Independent pairs, each node bounded by its pair's distance: the optimum gives each pair its whole
+        # distance (less the margin). One unit for all edges (their median) left the close pairs nothing.
+        distance = np.r_[np.full(3, 1e-6), np.full(20, 2000.0)] * (1 + np.arange(23) % 3 * 0.1)
+        i = np.arange(0, 46, 2)
+        radius = max_radii_lp(i, i + 1, distance, np.repeat(distance, 2))
+        np.testing.assert_allclose(radius[i] + radius[i + 1], distance * (1 - MARGIN), rtol=1e-6)
 
     def test_optimal_vs_dense_interior_point(self):
         """Constraints only on overlap-graph edges give the optimum of all pairs (another HiGHS method)."""

@@ -42,17 +42,21 @@ def max_radii_lp(i, j, distance, upper):
     nodes, local = np.unique(np.concatenate([i, j]), return_inverse=True)
     li, lj = local[:len(i)], local[len(i):]
     n_edges = len(i)
-    constraints = csr_array((np.ones(2 * n_edges), (np.tile(np.arange(n_edges), 2), local)),
-                            shape=(n_edges, len(nodes)))
-    # Solved in units of the median distance: the program is homogeneous (scaled data, scaled radii), and
-    # HiGHS's tolerances are absolute (at distances of 1e-6 it stopped 41% short of the optimum).
-    unit = float(np.median(distance)) or 1.0
-    limit = distance * (1.0 - MARGIN) / unit
-    bounds = np.column_stack([np.zeros(len(nodes)), radius[nodes] / unit])
-    result = linprog(-np.ones(len(nodes)), A_ub=constraints, b_ub=limit, bounds=bounds, method="highs")
+    # In units of each radius's own bound (r_v = upper_v * u_v, 0 <= u_v <= 1) and each edge's own distance
+    # ((upper_i u_i + upper_j u_j) / d_ij <= 1 - margin): HiGHS's tolerances are absolute, so in raw units it
+    # stopped far from the optimum where distances are small (41% short at 1e-6), and one global unit (the
+    # median distance) lost close pairs among far ones.
+    scale = radius[nodes]
+    coefficients = np.concatenate([scale[li], scale[lj]]) / np.tile(distance, 2)
+    constraints = csr_array((coefficients, (np.tile(np.arange(n_edges), 2), local)), shape=(n_edges, len(nodes)))
+    bounds = np.column_stack([np.zeros(len(nodes)), np.ones(len(nodes))])
+    # The objective sum r_v, divided by the largest bound (a positive factor: the same optimum).
+    objective = -scale / scale.max() if scale.max() > 0 else -scale
+    result = linprog(objective, A_ub=constraints, b_ub=np.full(n_edges, 1.0 - MARGIN), bounds=bounds,
+                     method="highs")
     if result.status != 0:  # r = 0 is feasible and the objective is bounded: a solver failure
         raise RuntimeError(f"HiGHS did not solve the region LP: {result.message}")
-    solution = np.clip(result.x * unit, 0.0, radius[nodes])
+    solution = np.clip(result.x * scale, 0.0, radius[nodes])
     # HiGHS meets constraints up to its tolerance (~1e-7); lower each node by
     # its largest excess over a slightly looser limit, which restores every
     # constraint exactly (a violated edge loses at least its excess).
