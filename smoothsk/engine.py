@@ -527,8 +527,8 @@ class MonteCarloEngine:
 
         Returns the index of the first input touched, an array of shape
         (n_touched, n_classes) for the inputs ``first .. first + n_touched - 1``,
-        and the number of copies whose output had no class (NaN logits; in soft
-        mode, a softmax that is not finite), which add nothing.
+        and the number of copies whose output had no class (NaN logits), which
+        add nothing.
         """
         X, sigma, starts, ends, ends_t, input_ids, key, total, soft = plan
         first = int(np.searchsorted(ends, batch_starts[0], side="right"))
@@ -576,13 +576,14 @@ class MonteCarloEngine:
             window = accumulator[(lo - first) * self.n_classes:(hi - first) * self.n_classes]
             # The base classifier is undefined on a copy with NaN logits (torch's argmax would pick the NaN's
             # index): it votes for no class, which can only lower each class's count, so every bound stays sound.
+            defined = ~torch.isnan(logits).any(dim=1)
             if soft:
-                probabilities = torch.softmax(logits.double(), dim=1)
-                defined = torch.isfinite(probabilities).all(dim=1)
+                # Infinite logits clamped: the softmax of [inf, 0] is [1, 0], as argmax votes, not NaN.
+                largest = torch.finfo(torch.float64).max
+                probabilities = torch.softmax(logits.double().clamp(-largest, largest), dim=1).nan_to_num_(0.0)
                 cells = (slot.view(-1, 1) + torch.arange(self.n_classes, device=self.device)).expand(len(noisy), -1)
-                window.index_add_(0, cells.reshape(-1), probabilities.nan_to_num_(0.0).view(-1))
+                window.index_add_(0, cells.reshape(-1), probabilities.view(-1))
             else:
-                defined = ~torch.isnan(logits).any(dim=1)
                 # index_add_ rather than bincount, which synchronises with the host on CUDA.
                 window.index_add_(0, slot + logits.argmax(dim=1), defined.to(torch.int64))
             undefined += len(noisy) - defined.sum()

@@ -1,5 +1,7 @@
 """The Monte Carlo engine: distribution, reproducibility under any split, packing, memory bound."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -301,6 +303,18 @@ class TestUndefinedOutputs:
             soft = engine.mean_softmax(X, sigma=1.0, n_samples=500, stage=(1,))
         np.testing.assert_allclose(soft[:, 0], counts[:, 0] / 500 * (np.e / (np.e + 1)), rtol=1e-12)
         np.testing.assert_allclose(soft[:, 1], counts[:, 0] / 500 / (np.e + 1), rtol=1e-12)
+
+    def test_infinite_logits_are_a_class_in_soft_mode_too(self):
+        # [inf, 0]: argmax votes class 0; the softmax must give it all the mass, with no NaN warning.
+        class InfiniteFirst(torch.nn.Module):
+            def forward(self, x):
+                return torch.stack([torch.full((len(x),), float("inf")), torch.zeros(len(x))], dim=1)
+
+        engine = MonteCarloEngine(InfiniteFirst(), n_classes=2, batch_size=100, root_seed=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_array_equal(engine.class_counts(torch.zeros((1, 1)), 1.0, 50, (1,)), [[50, 0]])
+            np.testing.assert_array_equal(engine.mean_softmax(torch.zeros((1, 1)), 1.0, 50, (1,)), [[1.0, 0.0]])
 
     @pytest.mark.parametrize("sigma", [np.nan, 0.0, -1.0, np.inf, 1e38])
     def test_a_sigma_that_is_not_positive_or_overflows_the_noise_is_refused(self, sigma):
