@@ -117,7 +117,7 @@ def _check_sigma(sigma, noise_dtype):
     Raises
     ------
     ValueError
-        Naming the first such sigma and its input: an infinite ``sigma * noise``
+        Naming the first such sigma: an infinite ``sigma * noise``
         is not Gaussian noise, and a certificate computed from it would not be
         about g at that sigma.
     """
@@ -125,7 +125,7 @@ def _check_sigma(sigma, noise_dtype):
     bad = np.flatnonzero(~((sigma > 0) & (sigma <= limit)))
     if len(bad):
         raise ValueError(f"sigma must be positive and at most {limit:.3g} for {str(noise_dtype)[6:]} noise (beyond, "
-                         f"sigma * noise overflows); got sigma={float(sigma[bad[0]])!r} for input {bad[0]}.")
+                         f"sigma * noise overflows); got sigma={float(sigma[bad[0]])!r}.")
 
 
 def _noise_dtype(dtype):

@@ -27,21 +27,44 @@ __all__ = [
 ]
 
 
+def first_offender(values, bad):
+    """The first entry of ``values`` where ``bad`` holds, and its position, for an error message.
+
+    Parameters
+    ----------
+    values, bad : ndarray, one shape
+        Checked values, and where they fail the check.
+
+    Returns
+    -------
+    str
+        ``"<value> at index <i>"`` (the value alone for a scalar).
+    """
+    values, bad = np.broadcast_arrays(np.asarray(values), np.asarray(bad))
+    if values.ndim == 0:
+        return repr(values.item())
+    index = tuple(int(k) for k in np.argwhere(bad)[0])
+    return f"{values[index].item()!r} at index {index[0] if len(index) == 1 else index}"
+
+
 def _checked_counts(n_success, n_total, alpha):
     """The counts as float arrays; refused unless ``0 <= n_success <= n_total`` and alpha is in [0, 1]."""
     n_success = np.asarray(n_success, dtype=np.float64)
     n_total = np.asarray(n_total, dtype=np.float64)
-    if not np.all((n_success >= 0) & (n_success <= n_total)):
-        raise ValueError(f"n_success must lie in [0, n_total] for every input; got n_success={n_success.tolist()} "
-                         f"and n_total={n_total.tolist()}.")
+    bad = ~((n_success >= 0) & (n_success <= n_total))
+    if bad.any():
+        raise ValueError(f"n_success must lie in [0, n_total] for every input; got n_success="
+                         f"{first_offender(n_success, bad)}, with n_total={first_offender(n_total, bad)}.")
     _check_level(alpha, "alpha")
     return n_success, n_total
 
 
 def _check_level(alpha, name):
     """Refuse a failure probability (scalar or per input) outside [0, 1]."""
-    if not np.all((np.asarray(alpha, dtype=np.float64) >= 0) & (np.asarray(alpha, dtype=np.float64) <= 1)):
-        raise ValueError(f"{name} must be a probability in [0, 1]; got {np.asarray(alpha).tolist()}.")
+    alpha = np.asarray(alpha, dtype=np.float64)
+    bad = ~((alpha >= 0) & (alpha <= 1))
+    if bad.any():
+        raise ValueError(f"{name} must be a probability in [0, 1]; got {first_offender(alpha, bad)}.")
 
 
 def clopper_pearson_lower(n_success, n_total, alpha):
@@ -175,7 +198,7 @@ def certified_radius(sigma, p_lower):
     sigma = np.asarray(sigma, dtype=np.float64)
     p_lower = np.asarray(p_lower, dtype=np.float64)
     if not np.all(sigma > 0):
-        raise ValueError(f"sigma must be positive; got {sigma.tolist()}.")
+        raise ValueError(f"sigma must be positive; got {first_offender(sigma, ~(sigma > 0))}.")
     _check_level(p_lower, "p_lower")
     return np.where(abstains(p_lower), 0.0, gaussian_radius(sigma, p_lower))
 

@@ -64,7 +64,7 @@ class ReturnsForFirstInput(BaseSigmaSearch):
 @pytest.mark.parametrize("sigma", [np.nan, 0.0, -0.5, np.inf])
 def test_a_sigma_that_is_not_finite_and_positive_is_refused_naming_the_search(sigma):
     engine = StageSpy(LinearLogits(SEARCH_WEIGHT).eval(), 2, 1000)
-    with pytest.raises(ValueError, match=rf"ReturnsForFirstInput\(sigma={sigma}\) chose sigma={sigma} for input 0; "
+    with pytest.raises(ValueError, match=rf"ReturnsForFirstInput\(sigma={sigma}\) chose sigma={sigma} for an input; "
                                          r"a noise level must be finite and positive"):
         ReturnsForFirstInput(sigma).search(engine, torch.zeros((3, 4)))
 

@@ -267,3 +267,9 @@ class TestInvalidArguments:
         # Each used to return NaN, a negative radius, or a test that never abstains.
         with pytest.raises(ValueError, match=message):
             call()
+
+    def test_the_message_names_the_first_bad_entry_not_the_whole_array(self):
+        n_success = np.full(100_000, 5)
+        n_success[777] = 11
+        with pytest.raises(ValueError, match=r"got n_success=11\.0 at index 777, with n_total=10\.0 at index 777\.$"):
+            clopper_pearson_lower(n_success, 10, 0.05)

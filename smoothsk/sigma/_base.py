@@ -67,7 +67,7 @@ class BaseSigmaSearch(Component):
         if len(bad):
             # Before any certification: a NaN, infinite or non-positive sigma has no certificate (and a region
             # allocator would store it).
-            raise ValueError(f"{self!r} chose sigma={float(sigma[bad[0]])!r} for input {bad[0]}; a noise level must be "
+            raise ValueError(f"{self!r} chose sigma={float(sigma[bad[0]])!r} for an input; a noise level must be "
                              f"finite and positive.")
         return SigmaSearchResult(sigma, np.asarray(result.steps, dtype=np.int64))
 

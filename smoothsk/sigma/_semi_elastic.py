@@ -85,7 +85,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from .._constraints import Interval
 from ..certificates import SEMI_ELASTIC_GUARANTEE
-from ..statistics import abstains, certified_radius
+from ..statistics import abstains, certified_radius, first_offender
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
 
 __all__ = ["SemiElasticSigma", "semi_elastic_radius"]
@@ -182,10 +182,12 @@ def semi_elastic_radius(sigma, p_lower, r, n_features, rtol=1e-5):
     """
     sigma, p_lower = np.broadcast_arrays(np.asarray(sigma, dtype=np.float64),
                                          np.asarray(p_lower, dtype=np.float64))
-    if not np.all(np.isfinite(sigma) & (sigma > 0)):
-        raise ValueError(f"sigma must be finite and positive; got {sigma.tolist()}.")
-    if not np.all((p_lower >= 0) & (p_lower <= 1)):
-        raise ValueError(f"p_lower must be a probability in [0, 1]; got {p_lower.tolist()}.")
+    bad = ~(np.isfinite(sigma) & (sigma > 0))
+    if bad.any():
+        raise ValueError(f"sigma must be finite and positive; got {first_offender(sigma, bad)}.")
+    bad = ~((p_lower >= 0) & (p_lower <= 1))
+    if bad.any():
+        raise ValueError(f"p_lower must be a probability in [0, 1]; got {first_offender(p_lower, bad)}.")
     if not (isinstance(r, Real) and np.isfinite(r) and r >= 0):
         raise ValueError(f"r must be finite and >= 0; got {r!r}.")
     if not (isinstance(n_features, Integral) and n_features > 0):
