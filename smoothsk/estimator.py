@@ -619,6 +619,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         -------
         float
         """
+        self.check_is_fitted()
+        X = _validation.check_inputs(self, X, reset=False)  # first: its errors are the clear ones for a bad X
         y = _validation.check_label_vector(y, len(X), "y")
         if sample_weight is not None:
             sample_weight = _validation.check_label_vector(sample_weight, len(X), "sample_weight",

@@ -135,6 +135,11 @@ class TestValidation:
         assert calls == []
         assert_same_state(clf, before)
 
+    @pytest.mark.parametrize("X, message", bad_inputs())
+    def test_score_refuses_bad_inputs_as_predict_does(self, clf, X, message):
+        with pytest.raises(ValueError, match=message):
+            clf.score(X, [0, 1, 1])
+
     def test_score_ravels_a_column_vector_y_with_a_warning(self, clf):
         y = np.array([0, 1, 1])
         with pytest.warns(DataConversionWarning, match="column-vector y"):
