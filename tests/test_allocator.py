@@ -43,9 +43,9 @@ def test_freed_buffers_are_reused_instead_of_faulted_in_again():
     changed, faults = page_faults("default")
     assert not changed and faults >= 10 * pages  # every round maps and faults its buffer afresh
     changed, faults = page_faults("keep")
-    # The warm-up rounds' memory serves the ten rounds (glibc may fault one buffer in once more while its
-    # heap settles): at most a fifth of the default's faults.
-    assert changed and faults <= 2 * pages
+    # The warm-up rounds' memory serves the ten rounds (glibc may fault a buffer in once or twice more while
+    # its heap settles: 2 buffers and 1 page once, on a loaded machine): under a third of the default's faults.
+    assert changed and faults <= 3 * pages
 
 
 @glibc_only
