@@ -24,6 +24,7 @@ from sklearn.utils import check_random_state
 from ._constraints import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
+from skorch.dataset import Dataset as SkorchDataset
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
@@ -455,7 +456,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                               getattr(self, "shuffle_generator_", None), kwargs.get("drop_last", False))
 
     def _check_iterator_options(self):
-        """Refuse ``iterator_train__*``/``iterator_valid__*`` options the default tensor batches would ignore."""
+        """Refuse a ``dataset`` and ``iterator_train__*``/``iterator_valid__*`` options the training would ignore."""
+        if self.dataset is not SkorchDataset or self.get_params_for("dataset"):
+            raise ValueError("dataset is not used: smoothsk trains on its own indexed dataset of X and y (each "
+                             "item's position keys its training sigma); leave dataset and dataset__* at their "
+                             "defaults.")
         for prefix in ("iterator_train", "iterator_valid"):
             if getattr(self, prefix) is not DataLoader:
                 continue  # a custom iterator gets every option (skorch's get_iterator)

@@ -208,6 +208,14 @@ class TestValidation:
         with pytest.raises(NotFittedError, match="SampleWiseSmoothedClassifier instance is not fitted"):
             getattr(clf, method)(*args)
 
+    @pytest.mark.parametrize("params", [{"dataset": torch.utils.data.TensorDataset}, {"dataset__length": 3}],
+                             ids=["class", "option"])
+    def test_a_dataset_the_training_would_ignore_is_refused(self, clf, params):
+        unfitted = clone(clf).set_params(**params)
+        with pytest.raises(ValueError, match="dataset is not used: smoothsk trains on its own indexed dataset"):
+            unfitted.fit(good_X(), [0, 1, 1])
+        assert not hasattr(unfitted, "module_")
+
     @pytest.mark.parametrize("key", ["iterator_train__num_workers", "iterator_train__sampler",
                                      "iterator_valid__collate_fn"])
     @pytest.mark.parametrize("method", ["fit", "partial_fit"])
