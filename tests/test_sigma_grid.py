@@ -22,6 +22,8 @@ class TestGridSigmaSearch:
         np.testing.assert_array_equal(GridSigmaSearch().grid_sigmas(), np.arange(3, 21) * 5 / 100)
         np.testing.assert_array_equal(GridSigmaSearch(0.1, 0.3, 0.1).grid_sigmas(), [0.1, 0.2, 0.3])
         np.testing.assert_array_equal(GridSigmaSearch(0.12, 0.5, 0.05).grid_sigmas(), np.arange(3, 11) * 5 / 100)
+        # Fine steps too (16 decimals of 1e-4 left residue: 0.4688000000000001).
+        np.testing.assert_array_equal(GridSigmaSearch(0.4, 0.5, 1e-4).grid_sigmas(), np.arange(4000, 5001) / 10_000)
 
     @pytest.mark.parametrize("sigma_min, sigma_max, step, multiples", [
         (1e-13, 5e-13, 1e-13, [1, 2, 3, 4, 5]),

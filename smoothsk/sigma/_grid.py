@@ -84,14 +84,15 @@ class GridSigmaSearch(BaseSigmaSearch):
         -------
         sigmas : ndarray of float, shape (n_grid,)
             Multiples ``t * step`` (``t >= 1``) in ``[sigma_min, sigma_max]``,
-            ascending, rounded to 12 significant digits of ``step`` (so that
-            ``3 * 0.05`` is ``0.15``); an end within ``1e-9 * step`` of a
-            multiple counts as that multiple and stays the end itself.
+            ascending, rounded to 12 decimals (so that ``3 * 0.05`` is
+            ``0.15``), or to 3 significant digits of ``step`` for steps below
+            1e-9; an end within ``1e-9 * step`` of a multiple counts as that
+            multiple and stays the end itself.
         """
         # A tolerance keeps ends that are multiples of step up to rounding; clipping keeps them in the range.
         first = max(1, int(np.ceil(self.sigma_min / self.step - 1e-9)))
         last = int(np.floor(self.sigma_max / self.step + 1e-9))
-        decimals = 12 - int(np.floor(np.log10(self.step)))
+        decimals = max(12, 2 - int(np.floor(np.log10(self.step))))
         grid = np.round(np.arange(first, last + 1) * self.step, decimals)
         return np.clip(grid, self.sigma_min, self.sigma_max)
 
