@@ -65,7 +65,11 @@ class Component(BaseEstimator):
 
         A nested parameter of a sub-component left at None is set on a
         clone of the default that None stands for, as the estimator does
-        for its own components.
+        for its own components. That default is built from this
+        component's parameters as they are now, and then kept: a later
+        change of them (e.g. PFAT's ``sigma_max`` after
+        ``assignment__n``) does not rebuild it. Set such parameters in the
+        same call or before.
 
         Returns
         -------
@@ -86,8 +90,8 @@ class Component(BaseEstimator):
             value = self._default_component(name)
             if value is None:
                 key = next(key for key in at_default if key.startswith(f"{name}__"))
-                raise ValueError(f"{key}: {type(self).__name__}'s {name} is None, which stands for no "
-                                 f"component; set {name} to one first.")
+                raise ValueError(f"{key}: {type(self).__name__}'s {name} is None, and what None stands for is "
+                                 f"not a component made here whose parameters could be set; set {name} first.")
             return value
 
         set_nested_params(self, names, at_default, default)
