@@ -396,6 +396,22 @@ class TestValidation:
             clf.fit(disc_inputs(4), [0, 1, 0, 1])
         assert not hasattr(clf, "module_")
 
+    def test_probing_a_selector_class_leaves_the_global_generator_alone(self):
+        class NoisyThreeLevels(torch.nn.Module):  # its forward draws from torch's global generator
+            def __init__(self, n_classes=3):
+                super().__init__()
+                self.linear = torch.nn.Linear(2, n_classes)
+
+            def forward(self, x):
+                return self.linear(x + torch.rand_like(x))
+
+        torch.manual_seed(0)
+        expected = torch.rand(1)
+        torch.manual_seed(0)
+        selector = CertifiedSigmaSelector(selector=NoisyThreeLevels, levels=(0.25, 0.5, 1.0))
+        selector.check_before_fit(FixedSigmaTraining(0.5), torch.zeros((4, 2)))
+        assert torch.rand(1) == expected
+
     @pytest.mark.parametrize("selector, error, message", [
         (TwoLogits, ValueError, r"selector \(TwoLogits\) returns outputs of shape \(1, 2\).*shape \(1, 3\)"),
         (SevenInputs, ValueError, r"selector \(SevenInputs\) fails on an input of shape \(1, 2\)"),

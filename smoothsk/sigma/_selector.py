@@ -315,11 +315,11 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         n_levels = len(self._resolve_levels(training))
         if self.selector is None or n_levels == 1:
             return
-        module = self.selector
-        if not isinstance(module, torch.nn.Module):
-            with torch.random.fork_rng(devices=[]):
-                module = _construct(module, {}, n_levels, X[:1])
-        self._check_outputs(module, X[:1], n_levels)
+        if isinstance(self.selector, torch.nn.Module):
+            self._check_outputs(self.selector, X[:1], n_levels)
+            return
+        with torch.random.fork_rng(devices=[]):  # a built class's construction and probe draw nothing global
+            self._check_outputs(_construct(self.selector, {}, n_levels, X[:1]), X[:1], n_levels)
 
     def _resolve_levels(self, training):
         if self.levels is None:
