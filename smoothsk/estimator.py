@@ -284,8 +284,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         TypeError
             Before any training: if ``fit_params`` holds ``sample_weight`` or ``epochs``.
 
-        Any error raised in training leaves a fitted estimator as it was
-        too, unless ``module`` is an instance (trained in place).
+        A refit of a fitted estimator that raises later (in a callback, in
+        training, in fitting a certified sigma function) leaves it as it
+        was too, unless ``module`` is an instance (trained in place). A
+        ``warm_start`` fit, like :meth:`partial_fit`, continues the model in
+        place and is not undone.
         """
         return self._fit(X, y, reset=not self.warm_start or not self.initialized_, **fit_params)
 
@@ -364,28 +367,34 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             self._seed(_stages.TRAIN_NOISE_SALT) + len(self.history))
         self.shuffle_generator_ = torch.Generator().manual_seed(self._seed(_stages.SHUFFLE_SALT) + len(self.history))
         X_t, y_t = torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64)
-        self.notify("on_train_begin", X=X_t, y=y_t)
+        try:
+            self._train(components, X_t, y_t, fit_params)
+        except Exception:
+            # A refit that fails (in a callback, in training, in fitting the sigma function) leaves the
+            # fitted estimator as it was, where the refit built a module of its own (a module instance
+            # reused by skorch was changed in place; warm_start and partial_fit continue in place).
+            if reset and self.module_ is not fitted.get("module_", self.module_):
+                self._restore(fitted, history)
+            raise
+        self.regions_ = RegionStore.empty(self.n_features_in_)  # regions certify the old weights only
+        return self
+
+    def _train(self, components, X, y, fit_params):
+        """Run the training schedule's clone and fit the certified sigma function, if any, between callbacks."""
+        self.notify("on_train_begin", X=X, y=y)
         device = torch.device(self.device)
         # The module's own randomness (dropout, ...) uses torch's global
         # generator: seed it for the run and restore it afterwards.
         with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
             torch.manual_seed(self._seed(_stages.MODULE_RANDOMNESS_SALT) + len(self.history))
             try:
-                self.training_.run(self, X_t, y_t, **fit_params)
+                self.training_.run(self, X, y, **fit_params)
             except KeyboardInterrupt:
                 pass
-            except Exception:
-                # A refit that fails in training leaves the fitted estimator as it was, where the refit
-                # trained a module of its own (a module instance reused by skorch was changed in place).
-                if reset and self.module_ is not fitted.get("module_", self.module_):
-                    self._restore(fitted, history)
-                raise
             if isinstance(components["sigma_search"], BaseCertifiedSigma):
                 # A clone: the user's parameter object is never changed.
-                self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(self, X_t, y_t)
-        self.notify("on_train_end", X=X_t, y=y_t)
-        self.regions_ = RegionStore.empty(self.n_features_in_)  # regions certify the old weights only
-        return self
+                self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(self, X, y)
+        self.notify("on_train_end", X=X, y=y)
 
     def _restore(self, fitted, history):
         """Put back the attributes ``fitted`` (``dict(vars(self))``) and the history's epochs ``history``."""

@@ -385,14 +385,16 @@ class TestUsedByFlows:
             getattr(clf, refit)(X, y, epochs=2)
         assert clf.module_ is module and len(clf.history) == history
 
-    def test_a_refit_failing_in_training_leaves_the_fitted_estimator_as_it_was(self, digits):
+    @pytest.mark.parametrize("hook", ["on_epoch_end", "on_train_begin"])
+    def test_a_refit_failing_in_training_leaves_the_fitted_estimator_as_it_was(self, digits, hook):
         X, y = digits[0][:40], digits[1][:40]
         clf = tiny_digits_classifier(max_epochs=1).fit(X, y)
         module, weights, history = clf.module_, copy.deepcopy(clf.module_.state_dict()), list(clf.history)
 
-        class Fails(Callback):
-            def on_epoch_end(self, net, **kwargs):
-                raise RuntimeError("a failing callback")
+        def fail(callback, net, **kwargs):
+            raise RuntimeError("a failing callback")
+
+        Fails = type("Fails", (Callback,), {hook: fail})
 
         with pytest.raises(RuntimeError, match="a failing callback"):
             clf.set_params(callbacks=[Fails()]).fit(X, y)
@@ -517,8 +519,9 @@ class TestFittedSigmaFunctionLifetime:
         assert clf.sigma_search_ is fitted
 
     @pytest.mark.parametrize("refit", ["fit", "partial_fit"])
-    def test_a_failing_sigma_function_fit_leaves_none_behind(self, refit):
+    def test_a_failing_sigma_function_fit_leaves_none_for_other_weights(self, refit):
         clf = self.slab_classifier()
+        before = clf.sigma_search_
         class FailingSelector(CertifiedSigmaSelector):
             def _fit_sigma(self, estimator, X, y):
                 raise ValueError("fit_sigma failed after training")
@@ -526,6 +529,9 @@ class TestFittedSigmaFunctionLifetime:
         failing = FailingSelector(levels=(0.25, 0.5, 1.0), selector_epochs=0, n=100, n0=20)
         with pytest.raises(ValueError, match="fit_sigma failed after training"):
             getattr(clf.set_params(sigma_search=failing), refit)(np.zeros((2, 2), dtype=np.float32), [0, 1])
-        assert not hasattr(clf, "sigma_search_")
+        if refit == "fit":  # a failed refit is undone: the old model and its fitted selector are back
+            assert clf.sigma_search_ is before
+            return
+        assert not hasattr(clf, "sigma_search_")  # partial_fit trained in place: nothing fitted for its weights
         with pytest.raises(NotFittedError, match="call fit again"):
             clf.set_params(sigma_search=self.selector()).certify(np.array([[0.0, -2.0]], dtype=np.float32))
