@@ -368,7 +368,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         self.shuffle_generator_ = torch.Generator().manual_seed(self._seed(_stages.SHUFFLE_SALT) + len(self.history))
         X_t, y_t = torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64)
         try:
-            self._train(components, X_t, y_t, fit_params)
+            self._run_training(components, X_t, y_t, fit_params)
         except Exception:
             # A refit that fails (in a callback, in training, in fitting the sigma function) leaves the
             # fitted estimator as it was, where the refit built a module of its own (a module instance
@@ -379,7 +379,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         self.regions_ = RegionStore.empty(self.n_features_in_)  # regions certify the old weights only
         return self
 
-    def _train(self, components, X, y, fit_params):
+    def _run_training(self, components, X, y, fit_params):
         """Run the training schedule's clone and fit the certified sigma function, if any, between callbacks."""
         self.notify("on_train_begin", X=X, y=y)
         device = torch.device(self.device)
