@@ -16,6 +16,18 @@ from smoothsk.training import (
 from smoothsk.training._per_sample import matched_rows
 
 
+class FailingOnce(GridSigmaSearch):
+    """PFAT's grid search, failing (like a CUDA out-of-memory error) at the next call after ``fail_next`` is set."""
+
+    fail_next = False
+
+    def _search(self, engine, X, y):
+        if FailingOnce.fail_next:
+            FailingOnce.fail_next = False
+            raise RuntimeError("CUDA out of memory")
+        return super()._search(engine, X, y)
+
+
 def assigned_net(X, y):
     """A PFAT-trained net whose finetuning is done, its sigmas assigned per sample."""
     schedule = PretrainFinetune(pretrain_epochs=1, finetune_epochs=1, objective=GaussianNoise(),
@@ -69,3 +81,17 @@ def test_repeated_inputs_are_matched_in_order():
     old = np.array([5, 7, 5], dtype=np.uint64)
     new = np.array([5, 5, 5, 9, 7], dtype=np.uint64)
     np.testing.assert_array_equal(matched_rows(old, new), [0, 2, -1, -1, 1])
+
+
+def test_a_failed_assignment_leaves_the_new_samples_unassigned():
+    # The search for the new half fails: a retry searches it, it does not finetune it at the placeholder.
+    X, y = training_digits()
+    schedule = PretrainFinetune(pretrain_epochs=1, finetune_epochs=1, objective=GaussianNoise(),
+                                assignment=FailingOnce(0.12, 0.5, 0.05, n=50))
+    net = digits_net(X[:100], y[:100], training=schedule)
+    FailingOnce.fail_next = True
+    with pytest.raises(RuntimeError, match="out of memory"):
+        net.partial_fit(X[:200], y[:200])
+    net.partial_fit(X[:200], y[:200])
+    assert net.history[-1, "sigma_time"] > 0
+    assert np.all(np.isin(net.train_sigmas_[100:], GridSigmaSearch(0.12, 0.5, 0.05).grid_sigmas()))

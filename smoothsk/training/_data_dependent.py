@@ -104,6 +104,7 @@ class DataDependentTraining(PerSampleSchedule):
         self.search_ = GradientSigmaSearch(sigma_init=self.sigma_init, steps=self.steps, lr=self.lr,
                                            sigma_min=self.sigma_min, sigma_max=self.sigma_max)
         self._carry(net, X, self.sigma_init)
+        self._settle(net)  # sigma_init is the schedule's own start: new samples are known from now on
         return True
 
     def _default_component(self, name):

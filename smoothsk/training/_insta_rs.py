@@ -122,7 +122,9 @@ class InstaRSTrain(PerSampleSchedule):
 
     def _begin(self, net, X, y):
         # New samples start at level 1; where none is known, the stage plan starts over too.
-        return bool(self._carry(net, X, self.sigma0).any())
+        resumes = bool(self._carry(net, X, self.sigma0).any())
+        self._settle(net)  # level 1 is the schedule's own start: new samples are known from now on
+        return resumes
 
     def _default_component(self, name):
         return SmoothAdv(epsilon="adaptive") if name in ("stage1_objective", "stage2_objective") else None

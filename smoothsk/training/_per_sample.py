@@ -9,6 +9,14 @@ sample whose key it meets again, in whatever row (the ``k``-th repeat of an
 input takes the ``k``-th one's sigma); any other sample, and every sample
 under another schedule or other sigma parameters, starts at the schedule's
 initial sigma.
+
+A row's key is written only once the schedule has set that sample's sigma
+(:meth:`PerSampleSchedule._settle`: PFAT once its assignment searched it,
+Insta-RS and DDRS at once, their initial sigma being theirs); until then
+it is :data:`UNSET`, and a later fit call treats the sample as new. So a
+call that fails or is interrupted before setting a sigma (a search
+stopped by Ctrl-C or out of memory) leaves no placeholder that the next
+call would keep as if set.
 """
 
 import numpy as np
@@ -18,6 +26,9 @@ from .._data import input_ids
 from .._digest import value_digest
 from ..engine import MonteCarloEngine
 from ._base import BaseTrainingSchedule
+
+#: Key of a row whose sigma the schedule has not set yet (no sample's key: see ``_carry``).
+UNSET = np.uint64(0)
 
 
 def training_engine(net):
@@ -93,7 +104,8 @@ class PerSampleSchedule(BaseTrainingSchedule):
         """Set ``net.train_sigmas_`` and ``net.train_keys_`` for the training set ``X``.
 
         A sample whose key the previous fit call of this training had keeps
-        its sigma; the others (all of them on a fresh fit) start at ``initial``.
+        its sigma and its key; the others (all of them on a fresh fit) start
+        at ``initial`` with the key :data:`UNSET` until :meth:`_settle`.
 
         Returns
         -------
@@ -106,10 +118,15 @@ class PerSampleSchedule(BaseTrainingSchedule):
         old_keys = getattr(net, "train_keys_", None)
         if len(net.history) and old_keys is not None and len(old_keys) == len(getattr(net, "train_sigmas_", ())):
             rows = matched_rows(old_keys, keys)
-            known = rows >= 0
+            known = (rows >= 0) & (keys != UNSET)  # a key equal to UNSET (chance 2**-64) is never known
             sigmas[known] = net.train_sigmas_[rows[known]]
-        net.train_sigmas_, net.train_keys_ = sigmas, keys
+        self.keys_ = keys
+        net.train_sigmas_, net.train_keys_ = sigmas, np.where(known, keys, UNSET)
         return known
+
+    def _settle(self, net, rows=slice(None)):
+        """Record that the schedule set the sigmas of ``rows`` (a mask or slice): later fit calls keep them."""
+        net.train_keys_[rows] = self.keys_[rows]
 
 
 def uniform_sigmas(net, n_samples, low, high):

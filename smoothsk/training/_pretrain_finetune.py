@@ -162,6 +162,7 @@ class PretrainFinetune(PerSampleSchedule):
             with self._timing(), evaluating(net.module_):
                 sigma = self.assignment_.search(training_engine(net), X[subset], y[subset].cpu().numpy()).sigma
             net.train_sigmas_[rows] = sigma
+            self._settle(net, rows)
 
     def on_epoch_begin(self, net):
         if self.stage_ == PRETRAIN:  # Eq. 4 / Alg. 1 line 3: fresh sigmas every epoch
