@@ -95,3 +95,20 @@ def test_a_failed_assignment_leaves_the_new_samples_unassigned():
     net.partial_fit(X[:200], y[:200])
     assert net.history[-1, "sigma_time"] > 0
     assert np.all(np.isin(net.train_sigmas_[100:], GridSigmaSearch(0.12, 0.5, 0.05).grid_sigmas()))
+
+
+def test_a_sample_is_its_input_and_its_label():
+    # PFAT's assignment searches with the label: an input under a new label is a new sample, and two
+    # rows of one input under two labels keep their own sigmas when swapped.
+    X, y = training_digits()
+    X, y = X[:100].copy(), y[:100].copy()
+    X[1::2], y[1::2] = X[::2], (y[::2] + 5) % 10
+    net = assigned_net(X, y)
+    assigned = net.train_sigmas_.copy()
+    assert np.any(assigned[::2] != assigned[1::2])
+    swapped = np.arange(100).reshape(50, 2)[:, ::-1].reshape(-1)
+    net.partial_fit(X[swapped], y[swapped])
+    np.testing.assert_array_equal(net.train_sigmas_, assigned[swapped])
+    assert net.history[-1, "sigma_time"] == 0
+    net.partial_fit(X[swapped], (y[swapped] + 1) % 10)
+    assert net.history[-1, "sigma_time"] > 0

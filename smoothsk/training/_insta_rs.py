@@ -122,7 +122,7 @@ class InstaRSTrain(PerSampleSchedule):
 
     def _begin(self, net, X, y):
         # New samples start at level 1; where none is known, the stage plan starts over too.
-        resumes = bool(self._carry(net, X, self.sigma0).any())
+        resumes = bool(self._carry(net, X, y, self.sigma0).any())
         self._settle(net)  # level 1 is the schedule's own start: new samples are known from now on
         return resumes
 

@@ -3,10 +3,10 @@
 The per-sample noise levels live in ``net.train_sigmas_`` (float64, one per
 row of the last fit call's training set) and ``net.train_keys_`` says whose
 they are: the key of a row (:func:`sample_keys`) hashes its input's values
-together with the schedule's class and the parameters that define its
+and its label together with the schedule's class and the parameters that define its
 sigmas (``_sigma_params``). A later fit call keeps the sigma of every
-sample whose key it meets again, in whatever row (the ``k``-th repeat of an
-input takes the ``k``-th one's sigma); any other sample, and every sample
+sample whose key it meets again, in whatever row (the ``k``-th repeat of a
+sample takes the ``k``-th one's sigma); any other sample, and every sample
 under another schedule or other sigma parameters, starts at the schedule's
 initial sigma.
 
@@ -48,8 +48,15 @@ def training_engine(net):
                             net.n_jobs, root_seed=seed)
 
 
-def sample_keys(schedule, X):
+def sample_keys(schedule, X, y):
     """Key of each training sample's sigma under ``schedule`` (see the module docstring).
+
+    A sample is its input and its label: PFAT's assignment and Insta-RS's
+    level updates choose sigma with the label, so one input under two labels
+    is two samples. The key is the input's hash (:func:`~smoothsk._data.input_ids`)
+    xor a digest of the label and the schedule's settings: two rows of one
+    input differ by their labels' digests, two rows of other inputs collide
+    with probability 2**-64.
 
     Parameters
     ----------
@@ -57,6 +64,8 @@ def sample_keys(schedule, X):
         Its class and the values of its ``_sigma_params`` enter every key.
     X : torch.Tensor, shape (n, *input_shape)
         Training inputs (float32).
+    y : torch.Tensor of int64, shape (n,)
+        Their class indices.
 
     Returns
     -------
@@ -64,7 +73,9 @@ def sample_keys(schedule, X):
     """
     settings = (type(schedule).__module__, type(schedule).__qualname__,
                 {name: getattr(schedule, name) for name in schedule._sigma_params})
-    return input_ids(X.cpu().numpy()) ^ np.uint64(int(value_digest(settings)[:16], 16))
+    labels, position = np.unique(y.cpu().numpy(), return_inverse=True)
+    label_keys = np.array([int(value_digest((settings, int(label)))[:16], 16) for label in labels], dtype=np.uint64)
+    return input_ids(X.cpu().numpy()) ^ label_keys[position.reshape(-1)]
 
 
 def _occurrence(keys):
@@ -100,8 +111,8 @@ class PerSampleSchedule(BaseTrainingSchedule):
         sigma = net.train_sigmas_[index.cpu().numpy()]
         return torch.as_tensor(sigma, dtype=X.dtype, device=X.device)
 
-    def _carry(self, net, X, initial):
-        """Set ``net.train_sigmas_`` and ``net.train_keys_`` for the training set ``X``.
+    def _carry(self, net, X, y, initial):
+        """Set ``net.train_sigmas_`` and ``net.train_keys_`` for the training set ``X``, ``y``.
 
         A sample whose key the previous fit call of this training had keeps
         its sigma and its key; the others (all of them on a fresh fit) start
@@ -112,7 +123,7 @@ class PerSampleSchedule(BaseTrainingSchedule):
         known : ndarray of bool, shape (len(X),)
             The samples that kept their sigma.
         """
-        keys = sample_keys(self, X)
+        keys = sample_keys(self, X, y)
         sigmas = np.full(len(X), float(initial))
         known = np.zeros(len(X), dtype=bool)
         old_keys = getattr(net, "train_keys_", None)

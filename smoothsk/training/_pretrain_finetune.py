@@ -138,7 +138,7 @@ class PretrainFinetune(PerSampleSchedule):
 
     def _begin(self, net, X, y):
         self.assignment_ = self._component("assignment")  # the search of Eq. 5, resolved once per run
-        self.known_ = self._carry(net, X, self.sigma_min)  # the samples whose assigned sigma a finetuning keeps
+        self.known_ = self._carry(net, X, y, self.sigma_min)  # the samples whose assigned sigma a finetuning keeps
         return True
 
     def _plan(self):
