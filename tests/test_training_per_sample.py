@@ -112,3 +112,15 @@ def test_a_sample_is_its_input_and_its_label():
     assert net.history[-1, "sigma_time"] == 0
     net.partial_fit(X[swapped], (y[swapped] + 1) % 10)
     assert net.history[-1, "sigma_time"] > 0
+
+
+def test_numpy_typed_sigma_parameters_keep_the_sigmas_through_save_and_load(tmp_path):
+    # A value from np.linspace (a grid search's) is saved as a Python number: the keys stay the same.
+    X, y = training_digits()
+    schedule = InstaRSTrain(sigma0=np.linspace(0.125, 0.25, 2)[1], max_level=np.int64(4), stage1_epochs=1,
+                            stage2_epochs=1, num_noise=2, stage1_objective=GaussianNoise(),
+                            stage2_objective=GaussianNoise())
+    digits_net(X[:100], y[:100], training=schedule).save(tmp_path / "net.safetensors")
+    loaded = SampleWiseSmoothedClassifier.load(tmp_path / "net.safetensors")
+    loaded.partial_fit(X[:100], y[:100])
+    assert [row["training_stage"] for row in loaded.history] == ["stage1", "stage2", "stage2"]

@@ -24,6 +24,7 @@ import torch
 
 from .._data import input_ids
 from .._digest import value_digest
+from .._persistence import _encode
 from ..engine import MonteCarloEngine
 from ._base import BaseTrainingSchedule
 
@@ -72,10 +73,22 @@ def sample_keys(schedule, X, y):
     keys : ndarray of uint64, shape (n,)
     """
     settings = (type(schedule).__module__, type(schedule).__qualname__,
-                {name: getattr(schedule, name) for name in schedule._sigma_params})
+                {name: _saved_form(getattr(schedule, name), name) for name in schedule._sigma_params})
     labels, position = np.unique(y.cpu().numpy(), return_inverse=True)
     label_keys = np.array([int(value_digest((settings, int(label)))[:16], 16) for label in labels], dtype=np.uint64)
     return input_ids(X.cpu().numpy()) ^ label_keys[position.reshape(-1)]
+
+
+def _saved_form(value, name):
+    """``value`` as a saved file holds it (a numpy number as a Python one, a component as its parameters).
+
+    So a schedule's keys are the same before and after a save and load;
+    a value no file can hold is taken as it is.
+    """
+    try:
+        return _encode(value, name, {})
+    except ValueError:
+        return value
 
 
 def _occurrence(keys):
