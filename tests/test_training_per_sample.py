@@ -124,3 +124,18 @@ def test_numpy_typed_sigma_parameters_keep_the_sigmas_through_save_and_load(tmp_
     loaded = SampleWiseSmoothedClassifier.load(tmp_path / "net.safetensors")
     loaded.partial_fit(X[:100], y[:100])
     assert [row["training_stage"] for row in loaded.history] == ["stage1", "stage2", "stage2"]
+
+
+def test_a_file_saved_before_keys_existed_keeps_its_sigmas_by_row(tmp_path):
+    # Such a file has train_sigmas_ but no train_keys_: a training set of its length keeps them by row.
+    X, y = training_digits()
+    net = assigned_net(X[:100], y[:100])
+    del net.train_keys_
+    net.save(tmp_path / "old.safetensors")
+    loaded = SampleWiseSmoothedClassifier.load(tmp_path / "old.safetensors")
+    loaded.partial_fit(X[:100], y[:100])
+    np.testing.assert_array_equal(loaded.train_sigmas_, net.train_sigmas_)
+    assert loaded.history[-1, "sigma_time"] == 0
+    order = np.random.default_rng(0).permutation(100)  # and from then on they follow the samples
+    loaded.partial_fit(X[order], y[order])
+    np.testing.assert_array_equal(loaded.train_sigmas_, net.train_sigmas_[order])

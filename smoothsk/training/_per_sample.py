@@ -17,6 +17,12 @@ it is :data:`UNSET`, and a later fit call treats the sample as new. So a
 call that fails or is interrupted before setting a sigma (a search
 stopped by Ctrl-C or out of memory) leaves no placeholder that the next
 call would keep as if set.
+
+A model saved before keys existed (a file with ``train_sigmas_`` but no
+``train_keys_``) is resumed as it was then: when its history is not empty
+and the training set has as many rows as ``train_sigmas_``, every row keeps
+the sigma of its position (the file cannot say whose it is), and the keys
+written from then on make the sigmas follow the samples.
 """
 
 import numpy as np
@@ -128,7 +134,9 @@ class PerSampleSchedule(BaseTrainingSchedule):
         """Set ``net.train_sigmas_`` and ``net.train_keys_`` for the training set ``X``, ``y``.
 
         A sample whose key the previous fit call of this training had keeps
-        its sigma and its key; the others (all of them on a fresh fit) start
+        its sigma and its key (every row keeps its own, by position, after
+        loading a file saved before keys existed: see the module docstring);
+        the others (all of them on a fresh fit) start
         at ``initial`` with the key :data:`UNSET` until :meth:`_settle`.
 
         Returns
@@ -139,11 +147,15 @@ class PerSampleSchedule(BaseTrainingSchedule):
         keys = sample_keys(self, X, y)
         sigmas = np.full(len(X), float(initial))
         known = np.zeros(len(X), dtype=bool)
-        old_keys = getattr(net, "train_keys_", None)
-        if len(net.history) and old_keys is not None and len(old_keys) == len(getattr(net, "train_sigmas_", ())):
+        old_sigmas, old_keys = getattr(net, "train_sigmas_", None), getattr(net, "train_keys_", None)
+        resumable = len(net.history) and old_sigmas is not None
+        if resumable and old_keys is None and len(old_sigmas) == len(X):
+            known[:] = True  # saved before keys existed: by position (see the module docstring)
+            sigmas[:] = old_sigmas
+        elif resumable and old_keys is not None and len(old_keys) == len(old_sigmas):
             rows = matched_rows(old_keys, keys)
             known = (rows >= 0) & (keys != UNSET)  # a key equal to UNSET (chance 2**-64) is never known
-            sigmas[known] = net.train_sigmas_[rows[known]]
+            sigmas[known] = old_sigmas[rows[known]]
         self.keys_ = keys
         net.train_sigmas_, net.train_keys_ = sigmas, np.where(known, keys, UNSET)
         return known
