@@ -122,9 +122,13 @@ class InstaRSTrain(PerSampleSchedule):
 
     def _begin(self, net, X, y):
         # New samples start at level 1; where none is known, the stage plan starts over too.
-        resumes = bool(self._carry(net, X, y, self.sigma0).any())
-        self._settle(net)  # level 1 is the schedule's own start: new samples are known from now on
-        return resumes
+        return bool(self._carry(net, X, y, self.sigma0).any())
+
+    def on_epoch_begin(self, net):
+        # Level 1 is the schedule's own start: new samples are known once an epoch trains them, with the
+        # epoch that marks a plan started over (so an interrupted new plan is resumed, not started again).
+        self._settle(net)
+        super().on_epoch_begin(net)
 
     def _default_component(self, name):
         return SmoothAdv(epsilon="adaptive") if name in ("stage1_objective", "stage2_objective") else None
