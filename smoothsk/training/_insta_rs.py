@@ -39,9 +39,10 @@ class InstaRSTrain(PerSampleSchedule):
     ``partial_fit`` (or ``fit`` with ``warm_start=True``) resumes an unfinished
     stage I with the current levels; a finished run finetunes
     ``stage2_epochs`` more epochs. Levels follow the samples, not the rows:
-    a sample the previous call trained (with the same ``sigma0`` and
-    ``max_level``) keeps its level, a new one starts at level 1, and where
-    no sample is known the stage plan starts over.
+    a sample (input and label) the previous call trained (with the same
+    ``sigma0`` and ``max_level``) keeps its level, a new one starts at
+    level 1, and where no sample is known the stage plan starts over (a
+    later call resumes that new plan, even if it was interrupted).
 
     Parameters
     ----------

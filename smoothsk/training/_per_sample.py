@@ -12,7 +12,8 @@ initial sigma.
 
 A row's key is written only once the schedule has set that sample's sigma
 (:meth:`PerSampleSchedule._settle`: PFAT once its assignment searched it,
-Insta-RS and DDRS at once, their initial sigma being theirs); until then
+DDRS at once and Insta-RS at the first epoch that trains with it, their
+initial sigma being theirs); until then
 it is :data:`UNSET`, and a later fit call treats the sample as new. So a
 call that fails or is interrupted before setting a sigma (a search
 stopped by Ctrl-C or out of memory) leaves no placeholder that the next
@@ -136,8 +137,8 @@ class PerSampleSchedule(BaseTrainingSchedule):
         A sample whose key the previous fit call of this training had keeps
         its sigma and its key (every row keeps its own, by position, after
         loading a file saved before keys existed: see the module docstring);
-        the others (all of them on a fresh fit) start
-        at ``initial`` with the key :data:`UNSET` until :meth:`_settle`.
+        the others (all of them on a fresh fit) start at ``initial`` with
+        the key :data:`UNSET` until :meth:`_settle`.
 
         Returns
         -------

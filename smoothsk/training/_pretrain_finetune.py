@@ -44,8 +44,10 @@ class PretrainFinetune(PerSampleSchedule):
     ``partial_fit`` (or ``fit`` with ``warm_start=True``) resumes: an
     unfinished pretraining is completed, and a finished run finetunes
     ``finetune_epochs`` more epochs with the assigned sigmas: a sample
-    finetuned before (with the same ``sigma_min``, ``sigma_max`` and
-    ``assignment``) keeps its sigma in whatever row, a new one is assigned.
+    (input and label) assigned before (with the same ``sigma_min``,
+    ``sigma_max`` and ``assignment``) keeps its sigma in whatever row, a
+    new one is assigned, and so is one whose assignment failed or was
+    interrupted.
 
     Parameters
     ----------
