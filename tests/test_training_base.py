@@ -7,7 +7,7 @@ import pytest
 import torch
 from sklearn.base import clone
 from skorch.callbacks import Callback
-from training_support import ObjectiveRecorder, digits_net, training_digits
+from training_support import ObjectiveRecorder, StopAfter, digits_net, training_digits
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import load_digits_images
@@ -51,17 +51,6 @@ def test_stage_column_and_default_objective_built_once_per_stage(schedule, stage
         used = [objective for objective, at in zip(recorder.objectives, per_batch, strict=True) if at == stage]
         assert all(objective is used[0] for objective in used)
     assert not hasattr(schedule, "objective_") and not hasattr(schedule, "stage_")
-
-
-class StopAfter(Callback):
-    """Interrupts training at the end of epoch ``epochs`` of the history (as skorch's EarlyStopping)."""
-
-    def __init__(self, epochs):
-        self.epochs = epochs
-
-    def on_epoch_end(self, net, **kwargs):
-        if len(net.history) == self.epochs:
-            raise KeyboardInterrupt
 
 
 class LearningRateRecorder(Callback):

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from sklearn.base import clone
 from torch import nn
-from training_support import ObjectiveRecorder, SigmaRecorder, digits_net, training_digits
+from training_support import ObjectiveRecorder, SigmaRecorder, StopAfter, digits_net, training_digits
 
 from smoothsk.sigma import MultiStartFGSS
 from smoothsk.training import GaussianNoise, InstaRSTrain, SmoothAdv
@@ -64,3 +64,16 @@ def test_instars_reproducible_and_objective_per_stage():
     kinds = [type(objective) for objective in recorder.objectives]
     assert kinds == [GaussianNoise] * 12 + [SmoothAdv] * 6
     assert first.training_.objective_.get_params() == schedule.stage2_objective.get_params()
+
+
+def test_a_plan_started_over_resumes_from_its_own_epochs():
+    # Every sample of the second call is new: its plan starts over. Interrupted after two epochs of
+    # stage I, the next call finishes that stage I, not the first call's finished plan.
+    X, y = training_digits()
+    schedule = InstaRSTrain(update_every=10, stage1_epochs=3, stage2_epochs=1, num_noise=2,
+                            stage1_objective=GaussianNoise(), stage2_objective=GaussianNoise())
+    net = digits_net(X[:100], y[:100], training=schedule, callbacks=[("stop", StopAfter(0))])
+    net.set_params(callbacks__stop__epochs=6).partial_fit(X[100:200], y[100:200])
+    assert len(net.history) == 6
+    net.partial_fit(X[100:200], y[100:200])
+    assert list(net.history[:, "training_stage"]) == ["stage1"] * 3 + ["stage2"] + ["stage1"] * 3 + ["stage2"]

@@ -16,6 +16,18 @@ from smoothsk.training import (
 from smoothsk.training._per_sample import matched_rows
 
 
+class FailingOnce(GridSigmaSearch):
+    """PFAT's grid search, failing (like a CUDA out-of-memory error) at the next call after ``fail_next`` is set."""
+
+    fail_next = False
+
+    def _search(self, engine, X, y):
+        if FailingOnce.fail_next:
+            FailingOnce.fail_next = False
+            raise RuntimeError("CUDA out of memory")
+        return super()._search(engine, X, y)
+
+
 def assigned_net(X, y):
     """A PFAT-trained net whose finetuning is done, its sigmas assigned per sample."""
     schedule = PretrainFinetune(pretrain_epochs=1, finetune_epochs=1, objective=GaussianNoise(),
@@ -69,3 +81,61 @@ def test_repeated_inputs_are_matched_in_order():
     old = np.array([5, 7, 5], dtype=np.uint64)
     new = np.array([5, 5, 5, 9, 7], dtype=np.uint64)
     np.testing.assert_array_equal(matched_rows(old, new), [0, 2, -1, -1, 1])
+
+
+def test_a_failed_assignment_leaves_the_new_samples_unassigned():
+    # The search for the new half fails: a retry searches it, it does not finetune it at the placeholder.
+    X, y = training_digits()
+    schedule = PretrainFinetune(pretrain_epochs=1, finetune_epochs=1, objective=GaussianNoise(),
+                                assignment=FailingOnce(0.12, 0.5, 0.05, n=50))
+    net = digits_net(X[:100], y[:100], training=schedule)
+    FailingOnce.fail_next = True
+    with pytest.raises(RuntimeError, match="out of memory"):
+        net.partial_fit(X[:200], y[:200])
+    net.partial_fit(X[:200], y[:200])
+    assert net.history[-1, "sigma_time"] > 0
+    assert np.all(np.isin(net.train_sigmas_[100:], GridSigmaSearch(0.12, 0.5, 0.05).grid_sigmas()))
+
+
+def test_a_sample_is_its_input_and_its_label():
+    # PFAT's assignment searches with the label: an input under a new label is a new sample, and two
+    # rows of one input under two labels keep their own sigmas when swapped.
+    X, y = training_digits()
+    X, y = X[:100].copy(), y[:100].copy()
+    X[1::2], y[1::2] = X[::2], (y[::2] + 5) % 10
+    net = assigned_net(X, y)
+    assigned = net.train_sigmas_.copy()
+    assert np.any(assigned[::2] != assigned[1::2])
+    swapped = np.arange(100).reshape(50, 2)[:, ::-1].reshape(-1)
+    net.partial_fit(X[swapped], y[swapped])
+    np.testing.assert_array_equal(net.train_sigmas_, assigned[swapped])
+    assert net.history[-1, "sigma_time"] == 0
+    net.partial_fit(X[swapped], (y[swapped] + 1) % 10)
+    assert net.history[-1, "sigma_time"] > 0
+
+
+def test_numpy_typed_sigma_parameters_keep_the_sigmas_through_save_and_load(tmp_path):
+    # A value from np.linspace (a grid search's) is saved as a Python number: the keys stay the same.
+    X, y = training_digits()
+    schedule = InstaRSTrain(sigma0=np.linspace(0.125, 0.25, 2)[1], max_level=np.int64(4), stage1_epochs=1,
+                            stage2_epochs=1, num_noise=2, stage1_objective=GaussianNoise(),
+                            stage2_objective=GaussianNoise())
+    digits_net(X[:100], y[:100], training=schedule).save(tmp_path / "net.safetensors")
+    loaded = SampleWiseSmoothedClassifier.load(tmp_path / "net.safetensors")
+    loaded.partial_fit(X[:100], y[:100])
+    assert [row["training_stage"] for row in loaded.history] == ["stage1", "stage2", "stage2"]
+
+
+def test_a_file_saved_before_keys_existed_keeps_its_sigmas_by_row(tmp_path):
+    # Such a file has train_sigmas_ but no train_keys_: a training set of its length keeps them by row.
+    X, y = training_digits()
+    net = assigned_net(X[:100], y[:100])
+    del net.train_keys_
+    net.save(tmp_path / "old.safetensors")
+    loaded = SampleWiseSmoothedClassifier.load(tmp_path / "old.safetensors")
+    loaded.partial_fit(X[:100], y[:100])
+    np.testing.assert_array_equal(loaded.train_sigmas_, net.train_sigmas_)
+    assert loaded.history[-1, "sigma_time"] == 0
+    order = np.random.default_rng(0).permutation(100)  # and from then on they follow the samples
+    loaded.partial_fit(X[order], y[order])
+    np.testing.assert_array_equal(loaded.train_sigmas_, net.train_sigmas_[order])

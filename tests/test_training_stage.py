@@ -3,7 +3,7 @@
 import pytest
 
 from smoothsk.training import GaussianNoise, Stage
-from smoothsk.training._stage import completed_epochs, resume
+from smoothsk.training._stage import completed_epochs, current_plan, resume
 
 PLAN = [Stage("first", 3, GaussianNoise()), Stage("second", 2, GaussianNoise(), lr=0.01)]
 
@@ -43,3 +43,15 @@ def test_completed_epochs_counts_rows_of_the_named_stages():
     assert completed_epochs(history, "a") == 2
     assert completed_epochs(history, "a", "c") == 3
     assert completed_epochs(history, "d") == 0
+
+
+def test_current_plan_is_the_last_rows_plan():
+    # A plan started over at the third epoch: its rows are the current plan; a history without the
+    # column (written before it existed) is one plan.
+    history = rows("first", "second", "first", "first")
+    for row, start in zip(history, (0, 0, 2, 2), strict=True):
+        row["plan_start"] = start
+    assert current_plan(history) == history[2:]
+    assert steps(PLAN, current_plan(history)) == [("first", 2, 1), ("second", 0, 2)]
+    assert current_plan(rows("first", "second")) == rows("first", "second")
+    assert current_plan(()) == []

@@ -26,6 +26,17 @@ def digits_net(X, y, training=None, max_epochs=0, module=FlatMLP, **params):
     return net.fit(X, y)
 
 
+class StopAfter(Callback):
+    """Interrupts training at the end of epoch ``epochs`` of the history (as skorch's EarlyStopping)."""
+
+    def __init__(self, epochs):
+        self.epochs = epochs
+
+    def on_epoch_end(self, net, **kwargs):
+        if len(net.history) == self.epochs:
+            raise KeyboardInterrupt
+
+
 class SigmaRecorder(Callback):
     """Copies ``net.train_sigmas_`` and the stage at the end of every epoch."""
 

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 
 from .._components import Component
 from ..sigma import FixedSigma
-from ._stage import STAGE_KEY, resume
+from ._stage import PLAN_START_KEY, STAGE_KEY, current_plan, resume
 
 
 class BaseTrainingSchedule(Component):
@@ -19,14 +19,16 @@ class BaseTrainingSchedule(Component):
     the learning rate and drives skorch's own loop (``net.fit_loop``) once
     per stage, so callbacks, history, learning-rate schedulers and the
     epoch log work as in skorch. Every epoch row of the history names its
-    stage (``"training_stage"``, written by :meth:`on_epoch_begin`) and the
-    seconds spent choosing sigmas (``"sigma_time"``, written by the
+    stage (``"training_stage"``) and where its plan began (``"plan_start"``,
+    see ``smoothsk.training._stage``), both written by :meth:`on_epoch_begin`,
+    and the seconds spent choosing sigmas (``"sigma_time"``, written by the
     estimator's :class:`SigmaTimer` callback from :meth:`take_sigma_time`).
 
     The schedule a user passes is a parameter and is never changed: the
     estimator runs a clone of it (``net.training_``, made at every ``fit``
     and ``partial_fit`` call), and the run state (``stage_``, the stage
-    being trained, and ``objective_``, its objective) lives on that clone.
+    being trained, ``objective_``, its objective, and ``plan_start_``)
+    lives on that clone.
     What a later ``partial_fit`` resumes from lives on the estimator
     (``history``, ``train_sigmas_`` and ``train_keys_``).
     """
@@ -48,7 +50,7 @@ class BaseTrainingSchedule(Component):
         -------
         resumes : bool
             Whether the run continues the stage plan of ``net.history``
-            (False: it starts the plan over).
+            (False: it starts the plan over from the next epoch).
         """
         return True
 
@@ -58,7 +60,11 @@ class BaseTrainingSchedule(Component):
         Called on the estimator's clone ``net.training_``. ``fit_params`` go
         to skorch's ``fit_loop``.
         """
-        history = net.history if self._begin(net, X, y) else ()
+        if self._begin(net, X, y):
+            history = current_plan(net.history)
+            self.plan_start_ = len(net.history) - len(history)
+        else:
+            history, self.plan_start_ = (), len(net.history)
         for stage, done, epochs in resume(self._plan(), history):
             if stage.before is not None:
                 stage.before(net, X, y, done == 0)
@@ -107,6 +113,7 @@ class BaseTrainingSchedule(Component):
     def on_epoch_begin(self, net):
         """Called at the start of each epoch; records its stage. Subclasses re-draw or update sigmas first."""
         net.history.record(STAGE_KEY, self.stage_)
+        net.history.record(PLAN_START_KEY, self.plan_start_)
 
     def default_sigma_search(self):
         """The test-time sigma search matching this schedule (used when none is given)."""

@@ -103,7 +103,8 @@ class DataDependentTraining(PerSampleSchedule):
         # Alg. 1 with K = steps, resolved once per run and used on every batch.
         self.search_ = GradientSigmaSearch(sigma_init=self.sigma_init, steps=self.steps, lr=self.lr,
                                            sigma_min=self.sigma_min, sigma_max=self.sigma_max)
-        self._carry(net, X, self.sigma_init)
+        self._carry(net, X, y, self.sigma_init)
+        self._settle(net)  # sigma_init is the schedule's own start: new samples are known from now on
         return True
 
     def _default_component(self, name):

@@ -53,7 +53,7 @@ class FixedSigmaTraining(BaseTrainingSchedule):
         return [Stage(FIXED, None, self._component("objective"))]
 
     def _begin(self, net, X, y):
-        net.train_sigmas_, net.train_keys_ = np.full(len(X), float(self.sigma)), sample_keys(self, X)
+        net.train_sigmas_, net.train_keys_ = np.full(len(X), float(self.sigma)), sample_keys(self, X, y)
         return True
 
     def batch_sigma(self, net, X, y, index):

@@ -39,9 +39,10 @@ class InstaRSTrain(PerSampleSchedule):
     ``partial_fit`` (or ``fit`` with ``warm_start=True``) resumes an unfinished
     stage I with the current levels; a finished run finetunes
     ``stage2_epochs`` more epochs. Levels follow the samples, not the rows:
-    a sample the previous call trained (with the same ``sigma0`` and
-    ``max_level``) keeps its level, a new one starts at level 1, and where
-    no sample is known the stage plan starts over.
+    a sample (input and label) the previous call trained (with the same
+    ``sigma0`` and ``max_level``) keeps its level, a new one starts at
+    level 1, and where no sample is known the stage plan starts over (a
+    later call resumes that new plan, even if it was interrupted).
 
     Parameters
     ----------
@@ -122,7 +123,13 @@ class InstaRSTrain(PerSampleSchedule):
 
     def _begin(self, net, X, y):
         # New samples start at level 1; where none is known, the stage plan starts over too.
-        return bool(self._carry(net, X, self.sigma0).any())
+        return bool(self._carry(net, X, y, self.sigma0).any())
+
+    def on_epoch_begin(self, net):
+        # Level 1 is the schedule's own start: new samples are known once an epoch trains them, with the
+        # epoch that marks a plan started over (so an interrupted new plan is resumed, not started again).
+        self._settle(net)
+        super().on_epoch_begin(net)
 
     def _default_component(self, name):
         return SmoothAdv(epsilon="adaptive") if name in ("stage1_objective", "stage2_objective") else None

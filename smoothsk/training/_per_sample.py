@@ -3,12 +3,27 @@
 The per-sample noise levels live in ``net.train_sigmas_`` (float64, one per
 row of the last fit call's training set) and ``net.train_keys_`` says whose
 they are: the key of a row (:func:`sample_keys`) hashes its input's values
-together with the schedule's class and the parameters that define its
+and its label together with the schedule's class and the parameters that define its
 sigmas (``_sigma_params``). A later fit call keeps the sigma of every
-sample whose key it meets again, in whatever row (the ``k``-th repeat of an
-input takes the ``k``-th one's sigma); any other sample, and every sample
+sample whose key it meets again, in whatever row (the ``k``-th repeat of a
+sample takes the ``k``-th one's sigma); any other sample, and every sample
 under another schedule or other sigma parameters, starts at the schedule's
 initial sigma.
+
+A row's key is written only once the schedule has set that sample's sigma
+(:meth:`PerSampleSchedule._settle`: PFAT once its assignment searched it,
+DDRS at once and Insta-RS at the first epoch that trains with it, their
+initial sigma being theirs); until then
+it is :data:`UNSET`, and a later fit call treats the sample as new. So a
+call that fails or is interrupted before setting a sigma (a search
+stopped by Ctrl-C or out of memory) leaves no placeholder that the next
+call would keep as if set.
+
+A model saved before keys existed (a file with ``train_sigmas_`` but no
+``train_keys_``) is resumed as it was then: when its history is not empty
+and the training set has as many rows as ``train_sigmas_``, every row keeps
+the sigma of its position (the file cannot say whose it is), and the keys
+written from then on make the sigmas follow the samples.
 """
 
 import numpy as np
@@ -16,8 +31,12 @@ import torch
 
 from .._data import input_ids
 from .._digest import value_digest
+from .._persistence import _encode
 from ..engine import MonteCarloEngine
 from ._base import BaseTrainingSchedule
+
+#: Key of a row whose sigma the schedule has not set yet (no sample's key: see ``_carry``).
+UNSET = np.uint64(0)
 
 
 def training_engine(net):
@@ -37,8 +56,15 @@ def training_engine(net):
                             net.n_jobs, root_seed=seed)
 
 
-def sample_keys(schedule, X):
+def sample_keys(schedule, X, y):
     """Key of each training sample's sigma under ``schedule`` (see the module docstring).
+
+    A sample is its input and its label: PFAT's assignment and Insta-RS's
+    level updates choose sigma with the label, so one input under two labels
+    is two samples. The key is the input's hash (:func:`~smoothsk._data.input_ids`)
+    xor a digest of the label and the schedule's settings: two rows of one
+    input differ by their labels' digests, two rows of other inputs collide
+    with probability 2**-64.
 
     Parameters
     ----------
@@ -46,14 +72,30 @@ def sample_keys(schedule, X):
         Its class and the values of its ``_sigma_params`` enter every key.
     X : torch.Tensor, shape (n, *input_shape)
         Training inputs (float32).
+    y : torch.Tensor of int64, shape (n,)
+        Their class indices.
 
     Returns
     -------
     keys : ndarray of uint64, shape (n,)
     """
     settings = (type(schedule).__module__, type(schedule).__qualname__,
-                {name: getattr(schedule, name) for name in schedule._sigma_params})
-    return input_ids(X.cpu().numpy()) ^ np.uint64(int(value_digest(settings)[:16], 16))
+                {name: _saved_form(getattr(schedule, name), name) for name in schedule._sigma_params})
+    labels, position = np.unique(y.cpu().numpy(), return_inverse=True)
+    label_keys = np.array([int(value_digest((settings, int(label)))[:16], 16) for label in labels], dtype=np.uint64)
+    return input_ids(X.cpu().numpy()) ^ label_keys[position.reshape(-1)]
+
+
+def _saved_form(value, name):
+    """``value`` as a saved file holds it (a numpy number as a Python one, a component as its parameters).
+
+    So a schedule's keys are the same before and after a save and load;
+    a value no file can hold is taken as it is.
+    """
+    try:
+        return _encode(value, name, {})
+    except ValueError:
+        return value
 
 
 def _occurrence(keys):
@@ -89,27 +131,39 @@ class PerSampleSchedule(BaseTrainingSchedule):
         sigma = net.train_sigmas_[index.cpu().numpy()]
         return torch.as_tensor(sigma, dtype=X.dtype, device=X.device)
 
-    def _carry(self, net, X, initial):
-        """Set ``net.train_sigmas_`` and ``net.train_keys_`` for the training set ``X``.
+    def _carry(self, net, X, y, initial):
+        """Set ``net.train_sigmas_`` and ``net.train_keys_`` for the training set ``X``, ``y``.
 
         A sample whose key the previous fit call of this training had keeps
-        its sigma; the others (all of them on a fresh fit) start at ``initial``.
+        its sigma and its key (every row keeps its own, by position, after
+        loading a file saved before keys existed: see the module docstring);
+        the others (all of them on a fresh fit) start at ``initial`` with
+        the key :data:`UNSET` until :meth:`_settle`.
 
         Returns
         -------
         known : ndarray of bool, shape (len(X),)
             The samples that kept their sigma.
         """
-        keys = sample_keys(self, X)
+        keys = sample_keys(self, X, y)
         sigmas = np.full(len(X), float(initial))
         known = np.zeros(len(X), dtype=bool)
-        old_keys = getattr(net, "train_keys_", None)
-        if len(net.history) and old_keys is not None and len(old_keys) == len(getattr(net, "train_sigmas_", ())):
+        old_sigmas, old_keys = getattr(net, "train_sigmas_", None), getattr(net, "train_keys_", None)
+        resumable = len(net.history) and old_sigmas is not None
+        if resumable and old_keys is None and len(old_sigmas) == len(X):
+            known[:] = True  # saved before keys existed: by position (see the module docstring)
+            sigmas[:] = old_sigmas
+        elif resumable and old_keys is not None and len(old_keys) == len(old_sigmas):
             rows = matched_rows(old_keys, keys)
-            known = rows >= 0
-            sigmas[known] = net.train_sigmas_[rows[known]]
-        net.train_sigmas_, net.train_keys_ = sigmas, keys
+            known = (rows >= 0) & (keys != UNSET)  # a key equal to UNSET (chance 2**-64) is never known
+            sigmas[known] = old_sigmas[rows[known]]
+        self.keys_ = keys
+        net.train_sigmas_, net.train_keys_ = sigmas, np.where(known, keys, UNSET)
         return known
+
+    def _settle(self, net, rows=slice(None)):
+        """Record that the schedule set the sigmas of ``rows`` (a mask or slice): later fit calls keep them."""
+        net.train_keys_[rows] = self.keys_[rows]
 
 
 def uniform_sigmas(net, n_samples, low, high):

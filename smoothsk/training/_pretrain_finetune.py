@@ -44,8 +44,10 @@ class PretrainFinetune(PerSampleSchedule):
     ``partial_fit`` (or ``fit`` with ``warm_start=True``) resumes: an
     unfinished pretraining is completed, and a finished run finetunes
     ``finetune_epochs`` more epochs with the assigned sigmas: a sample
-    finetuned before (with the same ``sigma_min``, ``sigma_max`` and
-    ``assignment``) keeps its sigma in whatever row, a new one is assigned.
+    (input and label) assigned before (with the same ``sigma_min``,
+    ``sigma_max`` and ``assignment``) keeps its sigma in whatever row, a
+    new one is assigned, and so is one whose assignment failed or was
+    interrupted.
 
     Parameters
     ----------
@@ -138,7 +140,7 @@ class PretrainFinetune(PerSampleSchedule):
 
     def _begin(self, net, X, y):
         self.assignment_ = self._component("assignment")  # the search of Eq. 5, resolved once per run
-        self.known_ = self._carry(net, X, self.sigma_min)  # the samples whose assigned sigma a finetuning keeps
+        self.known_ = self._carry(net, X, y, self.sigma_min)  # the samples whose assigned sigma a finetuning keeps
         return True
 
     def _plan(self):
@@ -162,6 +164,7 @@ class PretrainFinetune(PerSampleSchedule):
             with self._timing(), evaluating(net.module_):
                 sigma = self.assignment_.search(training_engine(net), X[subset], y[subset].cpu().numpy()).sigma
             net.train_sigmas_[rows] = sigma
+            self._settle(net, rows)
 
     def on_epoch_begin(self, net):
         if self.stage_ == PRETRAIN:  # Eq. 4 / Alg. 1 line 3: fresh sigmas every epoch

@@ -2,7 +2,12 @@
 
 Every epoch row of ``net.history`` names the stage it belongs to (column
 ``"training_stage"``); counting these rows is how ``partial_fit`` (or
-``warm_start``) continues a schedule's plan.
+``warm_start``) continues a schedule's plan. A run may also start the
+plan over (Insta-RS on a training set of new samples), so every epoch row
+also says where its plan began (column ``"plan_start"``: the position in
+the history of the plan's first epoch), and a later call counts only the
+rows of the last row's plan (:func:`current_plan`): an interrupted new plan
+resumes its own epochs, not those of the plan before it.
 """
 
 from collections.abc import Callable
@@ -10,6 +15,8 @@ from dataclasses import dataclass
 
 #: History column naming the stage of each epoch.
 STAGE_KEY = "training_stage"
+#: History column giving the position of the first epoch of each epoch's plan.
+PLAN_START_KEY = "plan_start"
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,24 @@ class Stage:
 def completed_epochs(history, *names):
     """Epoch rows of ``history`` that belong to any of the stages ``names`` (int)."""
     return sum(1 for row in history if row.get(STAGE_KEY) in names)
+
+
+def current_plan(history):
+    """The epoch rows of ``history`` that belong to the plan of its last row.
+
+    Rows from the last row's ``"plan_start"`` on; all of them where it has
+    none (a history written before the column existed).
+
+    Parameters
+    ----------
+    history : sequence of dict
+
+    Returns
+    -------
+    list of dict
+    """
+    rows = list(history)
+    return rows[rows[-1].get(PLAN_START_KEY, 0):] if rows else rows
 
 
 def resume(plan, history):
