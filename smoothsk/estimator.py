@@ -122,8 +122,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         ``partial_fit`` call) at the end of training.
     train_keys_ : ndarray of uint64, shape (n_train,)
         Whose sigma each entry of ``train_sigmas_`` is: a hash of the
-        sample's input values and of the schedule's class and sigma
-        parameters. A later ``partial_fit`` (or ``warm_start`` fit) keeps the
+        sample's input values and label and of the schedule's class and
+        sigma parameters (as a saved file holds them); 0 for a row whose
+        sigma the schedule has not set yet. A later ``partial_fit`` (or ``warm_start`` fit) keeps the
         sigma of each sample it meets again under the same schedule, in
         whatever row; other samples start at the schedule's initial sigma.
     training_ : BaseTrainingSchedule

@@ -63,6 +63,7 @@ def test_sigmas_stay_where_the_schedule_bounds_allow():
 @pytest.mark.parametrize("params, message", [
     ({"sigma_init": 0.001}, r"sigma_init=0\.001 must lie in \[sigma_min, sigma_max\] = \[0\.01, None\]"),
     ({"sigma_init": 0.5, "sigma_max": 0.4}, r"sigma_init=0\.5 must lie in \[sigma_min, sigma_max\] = \[0\.01, 0\.4\]"),
+    ({"sigma_init": 0.3, "sigma_min": 0.5, "sigma_max": 0.2}, r"sigma_max must be >= sigma_min; got 0\.2 and 0\.5"),
 ])
 def test_sigma_init_outside_the_bounds_refused_before_training(params, message):
     X, y = training_digits()

@@ -90,6 +90,8 @@ class DataDependentTraining(PerSampleSchedule):
         self.sigma_max = sigma_max
 
     def _check_consistency(self):
+        if self.sigma_max is not None and self.sigma_max < self.sigma_min:
+            raise ValueError(f"sigma_max must be >= sigma_min; got {self.sigma_max} and {self.sigma_min}.")
         if self.sigma_init < self.sigma_min or (self.sigma_max is not None and self.sigma_init > self.sigma_max):
             raise ValueError(f"sigma_init={self.sigma_init} must lie in [sigma_min, sigma_max] = "
                              f"[{self.sigma_min}, {self.sigma_max}], the bounds every ascent step is clipped to.")

@@ -31,7 +31,6 @@ import torch
 
 from .._data import input_ids
 from .._digest import value_digest
-from .._persistence import _encode
 from ..engine import MonteCarloEngine
 from ._base import BaseTrainingSchedule
 
@@ -92,6 +91,8 @@ def _saved_form(value, name):
     So a schedule's keys are the same before and after a save and load;
     a value no file can hold is taken as it is.
     """
+    from .._persistence import _encode  # here: the persistence module imports the training package
+
     try:
         return _encode(value, name, {})
     except ValueError:
