@@ -71,6 +71,20 @@ class TestTransductiveLPAllocator:
         radius = max_radii_lp(i, i + 1, distance, np.repeat(distance, 2))
         np.testing.assert_allclose(radius[i] + radius[i + 1], distance * (1 - MARGIN), rtol=1e-6)
 
+    def test_a_small_cluster_keeps_its_optimum_next_to_a_large_unrelated_pair(self):
+        # A triangle of bounds 1e-7 at distances 1.5e-7 (optimum 0.75e-7 each) and, unconnected, a pair of
+        # bound 1: one objective scale for both gave the triangle [0, 0, 1e-7].
+        i, j = np.array([2, 2, 3, 0]), np.array([3, 4, 4, 1])
+        distance = np.array([1.5e-7, 1.5e-7, 1.5e-7, 1.5])
+        radius = max_radii_lp(i, j, distance, np.array([1.0, 1.0, 1e-7, 1e-7, 1e-7]))
+        np.testing.assert_allclose(radius[2:], 0.75e-7 * (1 - MARGIN), rtol=1e-6)
+
+    @pytest.mark.parametrize("distance, upper", [(1e-20, 0.5), (1.0, 1e30)], ids=["near-duplicates", "huge-bounds"])
+    def test_extreme_ratios_of_bound_to_distance_are_solved(self, distance, upper):
+        # HiGHS refuses matrix entries above 1e15: bound / distance must not reach the matrix.
+        radius = max_radii_lp(np.array([0]), np.array([1]), np.array([distance]), np.full(2, upper))
+        assert radius.sum() == pytest.approx(distance * (1 - MARGIN), rel=1e-6)
+
     def test_optimal_vs_dense_interior_point(self):
         """Constraints only on overlap-graph edges give the optimum of all pairs (another HiGHS method)."""
         rng = np.random.default_rng(4)

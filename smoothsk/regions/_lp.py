@@ -3,6 +3,7 @@
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_array
+from scipy.sparse.csgraph import connected_components
 
 from ..certificates import Certificates
 from ..statistics import certified_radius
@@ -42,16 +43,26 @@ def max_radii_lp(i, j, distance, upper):
     nodes, local = np.unique(np.concatenate([i, j]), return_inverse=True)
     li, lj = local[:len(i)], local[len(i):]
     n_edges = len(i)
-    # In units of each radius's own bound (r_v = upper_v * u_v, 0 <= u_v <= 1) and each edge's own distance
-    # ((upper_i u_i + upper_j u_j) / d_ij <= 1 - margin): HiGHS's tolerances are absolute, so in raw units it
-    # stopped far from the optimum where distances are small (41% short at 1e-6), and one global unit (the
-    # median distance) lost close pairs among far ones.
-    scale = radius[nodes]
-    coefficients = np.concatenate([scale[li], scale[lj]]) / np.tile(distance, 2)
+    # In units of each radius's own bound (r_v = scale_v * u_v, 0 <= u_v <= 1) and each edge's own distance
+    # ((scale_i u_i + scale_j u_j) / d_ij <= 1 - margin), each component's objective divided by its largest
+    # bound: HiGHS's tolerances are absolute, so in raw units it stopped far from the optimum where distances
+    # are small (41% short at 1e-6), and one unit for all edges or all components lost small clusters next
+    # to large ones. A bound is first cut to the distance of the node's nearest neighbour (r_i + r_j <= d_ij
+    # with r_j >= 0 implies it), which keeps every coefficient <= 1 (HiGHS refuses entries above 1e15).
+    scale = radius[nodes].copy()
+    np.minimum.at(scale, li, distance * (1.0 - MARGIN))
+    np.minimum.at(scale, lj, distance * (1.0 - MARGIN))
+    coefficients = np.divide(np.concatenate([scale[li], scale[lj]]), np.tile(distance, 2),
+                             out=np.zeros(2 * n_edges), where=np.tile(distance, 2) > 0)
     constraints = csr_array((coefficients, (np.tile(np.arange(n_edges), 2), local)), shape=(n_edges, len(nodes)))
     bounds = np.column_stack([np.zeros(len(nodes)), np.ones(len(nodes))])
-    # The objective sum r_v, divided by the largest bound (a positive factor: the same optimum).
-    objective = -scale / scale.max() if scale.max() > 0 else -scale
+    # sum_v r_v is the sum over the independent components of their sums: dividing each by a positive
+    # factor of its own leaves every component's optimum, and so the whole optimum, unchanged.
+    _, component = connected_components(csr_array((np.ones(n_edges), (li, lj)), shape=(len(nodes), len(nodes))),
+                                        directed=False)
+    largest = np.zeros(component.max() + 1)
+    np.maximum.at(largest, component, scale)
+    objective = -np.divide(scale, largest[component], out=np.zeros(len(nodes)), where=largest[component] > 0)
     result = linprog(objective, A_ub=constraints, b_ub=np.full(n_edges, 1.0 - MARGIN), bounds=bounds,
                      method="highs")
     if result.status != 0:  # r = 0 is feasible and the objective is bounded: a solver failure
