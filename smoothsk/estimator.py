@@ -370,7 +370,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         X_t, y_t = torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64)
         try:
             self._run_training(components, X_t, y_t, fit_params)
-        except Exception:
+        except BaseException:  # Ctrl-C in a callback too (one within the epochs ends training, as in skorch)
             # A refit that fails (in a callback, in training, in fitting the sigma function) leaves the
             # fitted estimator as it was, where the refit built a module of its own (a module instance
             # reused by skorch was changed in place; warm_start and partial_fit continue in place).

@@ -385,18 +385,19 @@ class TestUsedByFlows:
             getattr(clf, refit)(X, y, epochs=2)
         assert clf.module_ is module and len(clf.history) == history
 
-    @pytest.mark.parametrize("hook", ["on_epoch_end", "on_train_begin"])
-    def test_a_refit_failing_in_training_leaves_the_fitted_estimator_as_it_was(self, digits, hook):
+    @pytest.mark.parametrize("hook, error", [("on_epoch_end", RuntimeError), ("on_train_begin", RuntimeError),
+                                             ("on_train_begin", KeyboardInterrupt)])
+    def test_a_refit_failing_in_training_leaves_the_fitted_estimator_as_it_was(self, digits, hook, error):
         X, y = digits[0][:40], digits[1][:40]
         clf = tiny_digits_classifier(max_epochs=1).fit(X, y)
         module, weights, history = clf.module_, copy.deepcopy(clf.module_.state_dict()), list(clf.history)
 
         def fail(callback, net, **kwargs):
-            raise RuntimeError("a failing callback")
+            raise error("a failing callback")
 
         Fails = type("Fails", (Callback,), {hook: fail})
 
-        with pytest.raises(RuntimeError, match="a failing callback"):
+        with pytest.raises(error, match="a failing callback"):  # Ctrl-C too, outside the epochs' loop
             clf.set_params(callbacks=[Fails()]).fit(X, y)
         assert clf.module_ is module and list(clf.history) == history
         for name, weight in weights.items():
