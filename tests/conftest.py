@@ -50,6 +50,15 @@ def fitted_digits_cnn(digits_split):
     return clf.fit(X_train, y_train)
 
 
+def forbid(monkeypatch, owner, name, reason):
+    """Make ``owner.name`` fail the test with ``reason`` when called: work that must not start (or run again)."""
+
+    def called(*args, **kwargs):
+        raise AssertionError(reason)
+
+    monkeypatch.setattr(owner, name, called)
+
+
 def tiny_digits_classifier(module=DigitsCNN, **params):
     """An unfitted estimator: a 4-channel DigitsCNN, 2 epochs, ``FixedSampler(n=40, n0=10)``; ``params`` override."""
     params = {"module__width": 4, "max_epochs": 2, "lr": 0.05, "optimizer__momentum": 0.9, "batch_size": 32,

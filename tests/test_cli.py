@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+from conftest import forbid
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.cli import build_parser, main
@@ -106,10 +107,8 @@ class TestFitCertify:
         assert "No space left on device" in capsys.readouterr().err
         assert checkpoint.exists() and not out.exists()
 
-        def expensive(*args, **kwargs):
-            raise AssertionError("certified again instead of reading the checkpoint")
-
-        monkeypatch.setattr("smoothsk.estimator.SampleWiseSmoothedClassifier._certify_rows", expensive)
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "_certify_rows",
+               "certified again instead of reading the checkpoint")
         assert main(["certify", str(model), str(data), "--out", str(out), *common]) == 0
         assert out.read_text() == plain.read_text() and not checkpoint.exists()
 
@@ -233,10 +232,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(comman
                                                                           capsys, monkeypatch):
     _, _, data, model = npz_data
 
-    def expensive(*args, **kwargs):
-        raise AssertionError("trained or certified before checking --out")
-
-    monkeypatch.setattr(SampleWiseSmoothedClassifier, command, expensive)
+    forbid(monkeypatch, SampleWiseSmoothedClassifier, command, "trained or certified before checking --out")
     if where == "directory":
         out = tmp_path / "results"
         out.mkdir()
@@ -255,10 +251,7 @@ def test_a_checkpoint_folder_that_does_not_exist_is_refused_before_any_work(npz_
                                                                             monkeypatch):
     _, _, data, model = npz_data
 
-    def expensive(*args, **kwargs):
-        raise AssertionError("loaded the model before checking --checkpoint")
-
-    monkeypatch.setattr(SampleWiseSmoothedClassifier, "load", expensive)
+    forbid(monkeypatch, SampleWiseSmoothedClassifier, "load", "loaded the model before checking --checkpoint")
     checkpoint = tmp_path / "no-such-folder" / "run.ckpt"
     assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
                  "--checkpoint", str(checkpoint)]) == 2
@@ -308,10 +301,7 @@ class TestStatefulAllocator:
                                                                                capsys, monkeypatch):
         _, _, data, model = npz_data
 
-        def expensive(*args, **kwargs):
-            raise AssertionError("loaded the model before checking --save-model")
-
-        monkeypatch.setattr(SampleWiseSmoothedClassifier, "load", expensive)
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "load", "loaded the model before checking --save-model")
         target = tmp_path if where == "directory" else tmp_path / "no-such-folder" / "m.safetensors"
         assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
                      "--save-model", str(target)]) == 2
@@ -340,10 +330,8 @@ def test_two_options_naming_one_file_are_refused_before_any_work(case, npz_data,
     option, path, other = same[case]
     paths = {"--out": out, "--save-model": saved, "--checkpoint": checkpoint, option: path}
 
-    def expensive(*args, **kwargs):
-        raise AssertionError("worked before checking the paths")
-
-    monkeypatch.setattr(SampleWiseSmoothedClassifier, "fit" if case.startswith("fit") else "certify", expensive)
+    forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit" if case.startswith("fit") else "certify",
+           "worked before checking the paths")
     if case.startswith("fit"):
         argv = ["fit", str(copies["data"]), "--out", str(paths["--out"]), "--epochs", "1"]
     else:

@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import forbid
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk._demo import GUARANTEES, QUICK, guarantee_words, radius_cap, resolve_settings, run_demo
@@ -114,10 +115,7 @@ def test_unknown_guarantee_statements_are_shown_as_they_are():
 @pytest.fixture
 def no_training(monkeypatch):
     """Make any training fail the test: the demo's options must be refused before it."""
-    def expensive(*args, **kwargs):
-        raise AssertionError("trained before refusing the options")
-
-    monkeypatch.setattr(SampleWiseSmoothedClassifier, "fit", expensive)
+    forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained before refusing the options")
 
 
 @pytest.mark.parametrize("option, value", [("--epochs", "-3"), ("--epochs", "0"), ("--search-n", "0"),
