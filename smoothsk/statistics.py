@@ -55,16 +55,24 @@ def _checked_counts(n_success, n_total, alpha):
     if bad.any():
         raise ValueError(f"n_success must lie in [0, n_total] for every input; got n_success="
                          f"{first_offender(n_success, bad)}, with n_total={first_offender(n_total, bad)}.")
-    _check_level(alpha, "alpha")
+    check_probability(alpha, "alpha")
     return n_success, n_total
 
 
-def _check_level(alpha, name):
-    """Refuse a failure probability (scalar or per input) outside [0, 1]."""
-    alpha = np.asarray(alpha, dtype=np.float64)
-    bad = ~((alpha >= 0) & (alpha <= 1))
+def check_probability(values, name):
+    """Refuse a probability (scalar or per input: a failure probability, a bound) outside [0, 1], naming it."""
+    values = np.asarray(values, dtype=np.float64)
+    bad = ~((values >= 0) & (values <= 1))
     if bad.any():
-        raise ValueError(f"{name} must be a probability in [0, 1]; got {first_offender(alpha, bad)}.")
+        raise ValueError(f"{name} must be a probability in [0, 1]; got {first_offender(values, bad)}.")
+
+
+def check_noise_levels(sigma):
+    """Refuse noise levels (scalar or per input) that are not finite and positive."""
+    sigma = np.asarray(sigma, dtype=np.float64)
+    bad = ~(np.isfinite(sigma) & (sigma > 0))
+    if bad.any():
+        raise ValueError(f"sigma must be finite and positive; got {first_offender(sigma, bad)}.")
 
 
 def clopper_pearson_lower(n_success, n_total, alpha):
@@ -199,7 +207,7 @@ def certified_radius(sigma, p_lower):
     p_lower = np.asarray(p_lower, dtype=np.float64)
     if not np.all(sigma > 0):
         raise ValueError(f"sigma must be positive; got {first_offender(sigma, ~(sigma > 0))}.")
-    _check_level(p_lower, "p_lower")
+    check_probability(p_lower, "p_lower")
     return np.where(abstains(p_lower), 0.0, gaussian_radius(sigma, p_lower))
 
 
@@ -306,7 +314,7 @@ def binomial_abstains(count_top, count_second, alpha):
     """
     count_top = np.asarray(count_top, dtype=np.int64)
     count_second = np.asarray(count_second, dtype=np.int64)
-    _check_level(alpha, "alpha")
+    check_probability(alpha, "alpha")
     n_trials = count_top + count_second
     # Under p = 1/2 the binomial law is symmetric, so the two-sided p-value of
     # scipy.stats.binomtest is exactly min(1, 2 * cdf(min(k, n - k))).

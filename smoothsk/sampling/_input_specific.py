@@ -13,7 +13,7 @@ from numbers import Integral, Real
 import numpy as np
 from .._constraints import Interval, StrOptions
 
-from ..statistics import certified_radius, clopper_pearson_interval, clopper_pearson_lower, first_offender
+from ..statistics import certified_radius, check_noise_levels, clopper_pearson_interval, clopper_pearson_lower
 from ._base import BaseTwoStageSampler
 
 # psi is tabulated at p = N / _GRID_SIZE, N = 0 .. _GRID_SIZE (the paper's delta = 1e-4).
@@ -331,9 +331,7 @@ class InputSpecificSampler(BaseTwoStageSampler):
         p, sigma = np.broadcast_arrays(np.asarray(p, dtype=np.float64), np.asarray(sigma, dtype=np.float64))
         if not np.all((p >= 0) & (p <= 1)):
             raise ValueError("p must be probabilities in [0, 1].")
-        bad = ~(np.isfinite(sigma) & (sigma > 0))
-        if bad.any():
-            raise ValueError(f"sigma must be finite and positive; got {first_offender(sigma, bad)}.")
+        check_noise_levels(sigma)
         if not 0 < alpha < 1:
             raise ValueError(f"alpha must be in (0, 1); got {alpha!r}.")
         flat = p.ravel()

@@ -85,7 +85,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from .._constraints import Interval
 from ..certificates import SEMI_ELASTIC_GUARANTEE
-from ..statistics import abstains, certified_radius, first_offender
+from ..statistics import abstains, certified_radius, check_noise_levels, check_probability
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
 
 __all__ = ["SemiElasticSigma", "semi_elastic_radius"]
@@ -182,12 +182,8 @@ def semi_elastic_radius(sigma, p_lower, r, n_features, rtol=1e-5):
     """
     sigma, p_lower = np.broadcast_arrays(np.asarray(sigma, dtype=np.float64),
                                          np.asarray(p_lower, dtype=np.float64))
-    bad = ~(np.isfinite(sigma) & (sigma > 0))
-    if bad.any():
-        raise ValueError(f"sigma must be finite and positive; got {first_offender(sigma, bad)}.")
-    bad = ~((p_lower >= 0) & (p_lower <= 1))
-    if bad.any():
-        raise ValueError(f"p_lower must be a probability in [0, 1]; got {first_offender(p_lower, bad)}.")
+    check_noise_levels(sigma)
+    check_probability(p_lower, "p_lower")
     if not (isinstance(r, Real) and np.isfinite(r) and r >= 0):
         raise ValueError(f"r must be finite and >= 0; got {r!r}.")
     if not (isinstance(n_features, Integral) and n_features > 0):
