@@ -206,6 +206,23 @@ def decode_labels(prediction, classes):
     return labels
 
 
+def correct_predictions(prediction, y_true):
+    """Where a prediction is its true label; ``ABSTAIN`` never is, even against a label -1.
+
+    Parameters
+    ----------
+    prediction, y_true : ndarray, shape (n_inputs,)
+        Compared as objects: ``ABSTAIN`` next to string labels is neither a
+        match nor a "mix of label types" error.
+
+    Returns
+    -------
+    correct : ndarray of bool, shape (n_inputs,)
+    """
+    prediction = prediction.astype(object)
+    return (prediction == y_true.astype(object)) & (prediction != ABSTAIN)
+
+
 def validated_components(estimator, constraints):
     """Check the smoothing parameters and return the components in use, each validated.
 

@@ -640,10 +640,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         if sample_weight is not None:
             sample_weight = _validation.check_label_vector(sample_weight, len(X), "sample_weight",
                                                              unit="weight").astype(np.float64)
-        prediction = self.predict(X).astype(object)
-        # Compared as objects: ABSTAIN (-1) next to string labels is neither a
-        # match nor a "mix of label types" error; an abstention is wrong even against a label -1.
-        correct = (prediction == y.astype(object)) & (prediction != ABSTAIN)
+        correct = _validation.correct_predictions(self.predict(X), y)
         return float(np.average(correct, weights=sample_weight))
 
     def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False):

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from ._validation import check_label_vector
-from .certificates import ABSTAIN
+from ._validation import check_label_vector, correct_predictions
 from .pipeline import _split, certify
+from .statistics import first_offender
 
 __all__ = [
     "average_certified_radius",
@@ -36,10 +36,8 @@ def _correct_radius(y_true, prediction, radius):
         raise ValueError("y_true, prediction and radius are empty; the metrics need at least one input.")
     if not np.all(radius >= 0):
         raise ValueError(f"radius must be >= 0 for every input (0 where abstained); got "
-                         f"{float(radius[~(radius >= 0)][0])!r} for input {np.flatnonzero(~(radius >= 0))[0]}.")
-    correct = np.array([p == t and p != ABSTAIN for p, t in zip(prediction.tolist(), y_true.tolist())],
-                       dtype=bool)
-    return np.where(correct, radius, np.nan)
+                         f"{first_offender(radius, ~(radius >= 0))}.")
+    return np.where(correct_predictions(prediction, y_true), radius, np.nan)
 
 
 def average_certified_radius(y_true, prediction, radius):

@@ -80,7 +80,7 @@ class TestMetrics:
         pytest.param(lambda: certified_accuracy_curve(Y, PREDICTION, RADIUS, 0.5), r"radii must be a 1-d array",
                      id="curve-scalar"),
         pytest.param(lambda: average_certified_radius([0, 1], [0, 1], [np.nan, 1.0]),
-                     r"radius must be >= 0 for every input \(0 where abstained\); got nan for input 0",
+                     r"radius must be >= 0 for every input \(0 where abstained\); got nan at index 0",
                      id="radius-nan"),
         pytest.param(lambda: average_certified_radius([0], [0], [-1.0]), r"radius must be >= 0", id="radius-negative"),
         pytest.param(lambda: average_certified_radius([], [], []), "the metrics need at least one input", id="empty"),
