@@ -477,7 +477,8 @@ class MonteCarloEngine:
         n_inputs = len(X)
         n_samples = np.broadcast_to(np.asarray(n_samples, dtype=np.int64), (n_inputs,))
         sigma = np.array(np.broadcast_to(sigma, (n_inputs,)), dtype=np.float64)
-        _check_sigma(sigma, _noise_dtype(torch.as_tensor(X[:0]).dtype))
+        X = torch.as_tensor(X)
+        _check_sigma(sigma, _noise_dtype(X.dtype))
         out_dtype = np.float64 if soft else np.int64
         result = np.zeros((n_inputs, self.n_classes), dtype=out_dtype)
         ends = np.cumsum(n_samples)
@@ -486,7 +487,6 @@ class MonteCarloEngine:
             return result
         starts = ends - n_samples
         batch_starts = np.arange(0, total, self.batch_size)
-        X = torch.as_tensor(X)
         if self.device.type == "cuda":
             X = X.pin_memory()
         X = X.to(self.device, non_blocking=True)

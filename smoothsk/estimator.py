@@ -474,10 +474,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         for prefix in ("iterator_train", "iterator_valid"):
             if getattr(self, prefix) is not DataLoader:
                 continue  # a custom iterator gets every option (skorch's get_iterator)
-            for key in sorted(set(self.get_params_for(prefix)) - set(TensorBatches.OPTIONS)):
-                raise ValueError(f"{prefix}__{key} is not an option of smoothsk's training batches, which slice "
-                                 f"the tensors in memory and take only {', '.join(TensorBatches.OPTIONS)}; for "
-                                 f"DataLoader's other options set {prefix} to a DataLoader subclass.")
+            ignored = sorted(set(self.get_params_for(prefix)) - set(TensorBatches.OPTIONS))
+            if ignored:
+                raise ValueError(f"{prefix}__{ignored[0]} is not an option of smoothsk's training batches, which "
+                                 f"slice the tensors in memory and take only {', '.join(TensorBatches.OPTIONS)}; "
+                                 f"for DataLoader's other options set {prefix} to a DataLoader subclass.")
 
     def _batch_loss(self, batch):
         X, y, index = (part.to(self.device) for part in batch)
