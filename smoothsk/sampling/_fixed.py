@@ -1,9 +1,8 @@
 """Cohen et al.'s CERTIFY: the same sample sizes for every input (IAS)."""
 
-from numbers import Integral
 
 import numpy as np
-from .._constraints import Interval
+from .._constraints import SAMPLE_SIZE
 
 from ._base import BaseTwoStageSampler
 
@@ -29,8 +28,8 @@ class FixedSampler(BaseTwoStageSampler):
     """
 
     _parameter_constraints = {
-        "n": [Interval(Integral, 1, None, closed="left")],
-        "n0": [Interval(Integral, 1, None, closed="left")],
+        "n": [SAMPLE_SIZE],
+        "n0": [SAMPLE_SIZE],
     }
 
     def __init__(self, n=100_000, n0=100):

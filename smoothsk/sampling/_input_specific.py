@@ -8,10 +8,10 @@ many fresh samples the final Clopper-Pearson bound gets (Alg. 2).
 
 from dataclasses import dataclass
 from functools import lru_cache
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
-from .._constraints import Interval, StrOptions
+from .._constraints import SAMPLE_SIZE, Interval, StrOptions
 
 from ..statistics import certified_radius, check_noise_levels, clopper_pearson_interval, clopper_pearson_lower
 from ._base import BaseTwoStageSampler
@@ -286,7 +286,7 @@ class InputSpecificSampler(BaseTwoStageSampler):
     """
 
     _parameter_constraints = {
-        "n_max": [Interval(Integral, 1, None, closed="left")],
+        "n_max": [SAMPLE_SIZE],
         "decline": [Interval(Real, 0, None, closed="neither")],
         "decline_type": [StrOptions({"absolute", "relative"})],
         "n0_fraction": [Interval(Real, 0, 1, closed="right")],

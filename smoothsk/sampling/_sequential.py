@@ -19,12 +19,12 @@ one-sided (all of alpha goes to the lower bound) and both computed from counts:
   wherever the selection pins the stopping size down.
 """
 
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 from scipy import stats
 from scipy.special import logsumexp
-from .._constraints import Interval, StrOptions
+from .._constraints import SAMPLE_SIZE, Interval, StrOptions
 
 from .._stages import ESTIMATION, SELECTION
 from ..statistics import (
@@ -408,14 +408,14 @@ class SequentialSampler(BaseSampler):
     """
 
     _parameter_constraints = {
-        "n_max": [Interval(Integral, 1, None, closed="left")],
+        "n_max": [SAMPLE_SIZE],
         "decline": [Interval(Real, 0, None, closed="neither")],
         "decline_type": [StrOptions({"absolute", "relative"})],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
         "confidence_sequence": [StrOptions({"betting", "union"})],
-        "first": [Interval(Integral, 1, None, closed="left")],
+        "first": [SAMPLE_SIZE],
         "growth": [Interval(Real, 1, None, closed="neither")],
-        "n0": [Interval(Integral, 1, None, closed="left")],
+        "n0": [SAMPLE_SIZE],
         "alpha_spending": [StrOptions({"equal", "predicted", "prior", "plan"})],
     }
 

@@ -4,7 +4,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from .._constraints import Interval, StrOptions
+from .._constraints import SAMPLE_SIZE, Interval, StrOptions
 
 from .._stages import SEARCH_STAGE
 from ..statistics import gaussian_radius, top_class_radius
@@ -114,7 +114,7 @@ class MultiStartFGSS(BaseSigmaSearch):
         "sigma0": [Interval(Real, 0, None, closed="neither")],
         "max_level": [Interval(Integral, 1, None, closed="left")],
         "starts": ["array-like", None],
-        "n": [Interval(Integral, 1, None, closed="left")],
+        "n": [SAMPLE_SIZE],
         "per_input": ["boolean"],
         "score": [StrOptions({"soft", "certified"})],
         "alpha": [Interval(Real, 0, 1, closed="neither")],

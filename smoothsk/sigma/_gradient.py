@@ -4,7 +4,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from .._constraints import Interval
+from .._constraints import SAMPLE_SIZE, Interval
 
 from .._stages import SEARCH_STAGE
 from ..statistics import soft_margin
@@ -90,7 +90,7 @@ class GradientSigmaSearch(BaseSigmaSearch):
         "sigma_init": [Interval(Real, 0, None, closed="neither")],
         "steps": [Interval(Integral, 0, None, closed="left")],
         "lr": [Interval(Real, 0, None, closed="neither")],
-        "n": [Interval(Integral, 1, None, closed="left")],
+        "n": [SAMPLE_SIZE],
         "sigma_min": [Interval(Real, 0, None, closed="neither")],
         "sigma_max": [Interval(Real, 0, None, closed="neither"), None],
     }

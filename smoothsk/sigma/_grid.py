@@ -1,9 +1,9 @@
 """Grid search over noise levels with Monte Carlo radius estimates (PFAT, Wang et al. 2021)."""
 
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
-from .._constraints import Interval
+from .._constraints import SAMPLE_SIZE, Interval
 
 from .._stages import SEARCH_STAGE
 from ..statistics import top_class_radius
@@ -59,7 +59,7 @@ class GridSigmaSearch(BaseSigmaSearch):
         "sigma_min": [Interval(Real, 0, None, closed="neither")],
         "sigma_max": [Interval(Real, 0, None, closed="neither")],
         "step": [Interval(Real, 0, None, closed="neither")],
-        "n": [Interval(Integral, 1, None, closed="left")],
+        "n": [SAMPLE_SIZE],
         "alpha": [Interval(Real, 0, 1, closed="neither")],
     }
 
