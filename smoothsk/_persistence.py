@@ -101,6 +101,8 @@ weights and parameters deserve trust is the user's call.
 
 import copy
 import hashlib
+import hmac
+import inspect
 import json
 import warnings
 from functools import cache
@@ -111,29 +113,46 @@ import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
-from skorch.dataset import Dataset as SkorchDataset
+from skorch import NeuralNet
 from skorch.exceptions import DeviceWarning
 from skorch.history import History
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
-from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from . import models, regions, sampling, sigma, training
 from ._atomic import atomic_file, unwritable_reason
 from ._digest import value_digest
+from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
 from .regions import RegionStore
-from .regions._store import UNRECORDED
 
-__all__ = ["FORMAT_VERSION", "READ_VERSIONS", "load_estimator", "save_estimator"]
+__all__ = ["FORMAT_VERSION", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING", "MIN_KEY_BYTES",
+           "load_estimator", "save_estimator"]
 
-#: Version of the file layout that saving writes.
-FORMAT_VERSION = 2
-#: Versions loading reads (see "Format versions"); it refuses any other.
-READ_VERSIONS = (1, 2)
-#: Header entries holding the JSON document and its digest.
+#: Version of the file layout that saving writes and loading reads; any other is refused.
+FORMAT_VERSION = 3
+#: Header entries holding the JSON document and its digest (unkeyed files) or its HMAC (keyed files).
 DOCUMENT_KEY = "smoothsk"
 DIGEST_KEY = "smoothsk_sha256"
+HMAC_KEY = "smoothsk_hmac_sha256"
+#: The shortest key ``save``/``load`` take (HMAC-SHA256 keys of 32 random bytes are usual).
+MIN_KEY_BYTES = 16
+
+#: Limits on what a file may ask loading to allocate, beyond its own tensors (see "Sizes").
+MAX_NESTING = 16
+MAX_INPUT_FEATURES = 2**26
+MAX_BATCH_BYTES = 2**30
+_MAX_LABEL_CHARACTERS = 256
+
+#: The parameters a file may set, by the kind of value each takes (see "Parameters a file may set").
+_PLAIN_PARAMETERS = frozenset({"alpha", "batch_size", "certify_autocast", "certify_batch_size", "device", "lr",
+                               "max_epochs", "n_jobs", "random_state", "verbose", "warm_start"})
+_CLASS_PARAMETERS = frozenset({"module", "optimizer"})
+_COMPONENT_PARAMETERS = frozenset({"allocator", "sampler", "sigma_search", "training"})
+_PLAIN_PREFIXES = ("module__", "optimizer__")
+#: skorch's options of the parameters a file may not set (saving leaves them out, with a warning).
+_TRAINING_SETTING_PREFIXES = ("callbacks__", "compile__", "criterion__", "dataset__", "iterator_train__",
+                              "iterator_valid__")
 
 _MODULE_PREFIX = "module_."
 _REGIONS_PREFIX = "regions_."
@@ -141,8 +160,7 @@ _SIGMA_FUNCTION_PREFIX = "sigma_search_."
 _TRAIN_SIGMAS = "train_sigmas_"
 _TRAIN_KEYS = "train_keys_"
 _ABSENT = object()  # an attribute one of two compared objects lacks
-_ALLOWED = ("smoothsk's public classes, torch.nn losses, torch.optim optimizers, "
-            "torch.utils.data.DataLoader and skorch.dataset.Dataset")
+_ALLOWED = "smoothsk's public classes and torch.optim optimizers"
 
 
 # ------------------------------------------------------------------ class names
@@ -155,13 +173,10 @@ def _builtin_classes():
         for attr in module.__all__:
             if isinstance(getattr(module, attr), type):
                 named[f"{module.__name__}.{attr}"] = getattr(module, attr)
-    for module, base in ((torch.nn, torch.nn.modules.loss._Loss), (torch.optim, torch.optim.Optimizer)):
-        for attr in dir(module):
-            obj = getattr(module, attr)
-            if isinstance(obj, type) and issubclass(obj, base):
-                named[f"{module.__name__}.{attr}"] = obj
-    named["torch.utils.data.DataLoader"] = DataLoader
-    named["skorch.dataset.Dataset"] = SkorchDataset
+    for attr in dir(torch.optim):
+        obj = getattr(torch.optim, attr)
+        if isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer):
+            named[f"torch.optim.{attr}"] = obj
     return named
 
 
@@ -276,17 +291,14 @@ def _lookup(name, where, classes, source):
 
 # --------------------------------------------------------------------- tensors
 
-def _digest(document, tensors):
-    """Hex SHA-256 of the JSON document's bytes, then each tensor's bytes in sorted name order."""
-    digest = hashlib.sha256(document.encode("utf-8"))
+def _digest(document, tensors, key=None):
+    """Hex SHA-256 (HMAC-SHA256 under ``key``) of the JSON document's bytes, then each tensor's in sorted name order."""
+    digest = hashlib.sha256() if key is None else hmac.new(key, digestmod=hashlib.sha256)
+    digest.update(document.encode("utf-8"))
     for name in sorted(tensors):
         if tensors[name].numel():  # an empty tensor has no bytes (and no byte view)
             digest.update(tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()
-
-
-def _tensor_spec(tensor):
-    return {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape)}
 
 
 def _fitted_tensors(estimator):
@@ -330,7 +342,74 @@ def _encode_sigma_function(estimator, named):
 
 # ------------------------------------------------------------------------ save
 
-def save_estimator(estimator, path):
+def _is_file_parameter(name):
+    """Whether a model file may set the parameter ``name`` (see "Parameters a file may set")."""
+    return name in _PLAIN_PARAMETERS | _CLASS_PARAMETERS | _COMPONENT_PARAMETERS or name.startswith(_PLAIN_PREFIXES)
+
+
+@cache
+def _defaults(cls):
+    """Default value of each constructor parameter of the estimator class ``cls`` and of skorch's NeuralNet."""
+    defaults = {}
+    for klass in (NeuralNet, cls):
+        defaults.update((name, parameter.default) for name, parameter in inspect.signature(klass).parameters.items()
+                        if parameter.default is not inspect.Parameter.empty)
+    return defaults
+
+
+def _encode_params(estimator, named):
+    """JSON form of the parameters a file may set; warns about the others that are not at their defaults."""
+    params = estimator.get_params(deep=False)
+    defaults = _defaults(type(estimator))
+    for name in params:
+        if not (_is_file_parameter(name) or name in defaults or name.startswith(_TRAINING_SETTING_PREFIXES)):
+            raise ValueError(f"Cannot save parameter {name}: {type(estimator).__name__} takes no such parameter "
+                             "(skorch counts any attribute set on an estimator, estimator.name = value, among its "
+                             "parameters: delete such an attribute before saving).")
+    left_out = [name for name, value in params.items() if not _is_file_parameter(name)
+                and (name not in defaults or value_digest(value) != value_digest(defaults[name]))]
+    if left_out:
+        warnings.warn(f"{', '.join(sorted(left_out))} not saved: a model file sets only the parameters that cannot name "
+                      "code (callbacks, compile, criterion, iterators, datasets and torch_load_kwargs can); the "
+                      "loaded estimator has their defaults: set them again before training it further.",
+                      UserWarning, stacklevel=4)
+    encoded = {}
+    for name, value in params.items():
+        if not _is_file_parameter(name):
+            continue
+        if name == "module" and isinstance(value, torch.nn.Module):
+            encoded[name] = {"instance": class_name(type(value), "module")}
+        elif name in _PLAIN_PARAMETERS or name.startswith(_PLAIN_PREFIXES):
+            encoded[name] = _encode_plain(value, name)
+        else:
+            encoded[name] = _encode(value, name, named)
+    return encoded
+
+
+def _encode_plain(value, where):
+    """JSON form of a plain value: None, bool, a number, a string, or a list or tuple of them."""
+    if isinstance(value, (list, tuple)):
+        items = [_encode_plain(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        if any(isinstance(item, (list, dict)) for item in items):
+            _refuse(where, value, "None, bools, numbers, strings, and lists or tuples of them")
+        return items if isinstance(value, list) else {"tuple": items}
+    if value is None or isinstance(value, (bool, str, np.bool_, Integral, Real)):
+        return _plain(value, where)
+    return _refuse(where, value, "None, bools, numbers, strings, and lists or tuples of them")
+
+
+def _check_key(key):
+    """``key`` as bytes: None, or bytes of at least :data:`MIN_KEY_BYTES`."""
+    if key is None:
+        return None
+    if not isinstance(key, (bytes, bytearray)) or len(key) < MIN_KEY_BYTES:
+        raise TypeError(f"key must be None or bytes of at least {MIN_KEY_BYTES} bytes (e.g. secrets.token_bytes(32), "
+                        f"kept where only the file's writers and readers see it); got {type(key).__name__}"
+                        + (f" of {len(key)} bytes" if isinstance(key, (bytes, bytearray)) else "") + ".")
+    return bytes(key)
+
+
+def save_estimator(estimator, path, key=None):
     """Write fitted ``estimator`` to ``path`` as one safetensors file (see the module docstring).
 
     Every value is checked before anything is written, so a refused save
@@ -341,7 +420,10 @@ def save_estimator(estimator, path):
     estimator : SampleWiseSmoothedClassifier
         A fitted estimator.
     path : str or path-like
-        File to write (overwritten if it exists).
+        File to write (overwritten if it exists, keeping its permissions).
+    key : bytes, optional
+        Authenticates the file with HMAC-SHA256 under this key (at least
+        :data:`MIN_KEY_BYTES` bytes): it then loads only with the same key.
 
     Raises
     ------
@@ -351,9 +433,12 @@ def save_estimator(estimator, path):
         not one the format holds, if the estimator class takes no such
         parameter, or if the module (or the fitted sigma function) holds
         state the file cannot hold; the message names it.
+    TypeError
+        If ``key`` is not None or bytes of at least :data:`MIN_KEY_BYTES`.
     """
     from . import __version__
 
+    key = _check_key(key)
     estimator.check_is_fitted()
     path = Path(path)
     reason = unwritable_reason(path)
@@ -361,15 +446,8 @@ def save_estimator(estimator, path):
         raise ValueError(f"Cannot save {path}: {reason}.")
     named = {}
     sigma_function = _encode_sigma_function(estimator, named)
-    params = estimator.get_params(deep=False)
-    if params.pop("callbacks", None) is not None:
-        warnings.warn("callbacks are not saved (skorch callbacks hold functions, which a file without code "
-                      "cannot carry); set them again on the loaded estimator before training it further.",
-                      UserWarning, stacklevel=3)
-    module = params.pop("module")
-    encoded = {"module": ({"instance": class_name(type(module), "module")} if isinstance(module, torch.nn.Module)
-                          else _encode(module, "module", named))}
-    encoded.update((name, _encode(value, name, named)) for name, value in params.items())
+    module = estimator.module
+    encoded = _encode_params(estimator, named)
     tensors = _fitted_tensors(estimator)
     _, region_attributes = estimator.regions_.to_arrays()
     document = {
@@ -382,11 +460,12 @@ def save_estimator(estimator, path):
         "regions_": _plain(region_attributes, "regions_"),
         "history": _plain(list(estimator.history), "history"),
         "sigma_search_": sigma_function,
-        "tensors": {name: _tensor_spec(tensor) for name, tensor in tensors.items()},
+        "tensors": {name: tensor_spec(tensor) for name, tensor in tensors.items()},
     }
     _check_rebuilt(estimator, document, tensors, f"Cannot save {path}", module, named)
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    content = safetensors_bytes(tensors, metadata={DOCUMENT_KEY: text, DIGEST_KEY: _digest(text, tensors)})
+    entry = DIGEST_KEY if key is None else HMAC_KEY
+    content = safetensors_bytes(tensors, metadata={DOCUMENT_KEY: text, entry: _digest(text, tensors, key)})
     with atomic_file(path) as file:
         file.write(content)
 
@@ -480,8 +559,14 @@ def _check_rebuilt(estimator, document, tensors, source, module, named):
 
 # ------------------------------------------------------------------------ load
 
-def _read(path):
-    """The JSON document and tensors of a smoothsk file, checked against its manifest and digest."""
+def _read(path, key):
+    """The JSON document and tensors of a smoothsk file, authenticated, then checked against its manifest.
+
+    The digest (or, under ``key``, the HMAC) is checked over the document's
+    bytes and the tensors before the document is parsed: a file that fails it
+    is refused without reading a value from it. Reading the tensors allocates
+    no more than the file's size (safetensors checks every offset against it).
+    """
     if path.is_dir():
         raise ValueError(f"{path}: it is a directory, not a smoothsk model file.")
     try:
@@ -490,22 +575,27 @@ def _read(path):
             tensors = {name: file.get_tensor(name) for name in file.keys()}
     except SafetensorError as exc:
         raise ValueError(f"{path}: not a readable safetensors file ({exc}).") from exc
-    if DOCUMENT_KEY not in metadata or DIGEST_KEY not in metadata:
-        raise ValueError(f"{path}: not a smoothsk model file (its safetensors header has no "
-                         f"{DOCUMENT_KEY!r} and {DIGEST_KEY!r} entries).")
-    try:
-        document = json.loads(metadata[DOCUMENT_KEY])
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not valid JSON ({exc}).") from exc
-    if not isinstance(document, dict):
-        raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not a JSON object.")
+    text = metadata.get(DOCUMENT_KEY)
+    if text is None or (DIGEST_KEY not in metadata and HMAC_KEY not in metadata):
+        raise ValueError(f"{path}: not a smoothsk model file (its safetensors header has no {DOCUMENT_KEY!r} entry "
+                         f"with a {DIGEST_KEY!r} or {HMAC_KEY!r} entry).")
+    if key is None and HMAC_KEY in metadata:
+        raise ValueError(f"{path}: the file is authenticated with a key; pass it: load(path, key=...) "
+                         "(smoothsk certify --key-file FILE).")
+    if key is not None and HMAC_KEY not in metadata:
+        raise ValueError(f"{path}: the file is not authenticated (saved without a key), but a key was given: "
+                         "refused, as anyone could have written it.")
+    if key is None and not _same(_digest(text, tensors), metadata[DIGEST_KEY]):
+        raise ValueError(f"{path}: the content does not match its SHA-256 digest: the file was edited or "
+                         "corrupted after it was saved.")
+    if key is not None and not _same(_digest(text, tensors, key), metadata[HMAC_KEY]):
+        raise ValueError(f"{path}: the file was not written with this key, or was edited after it was saved "
+                         "(its HMAC-SHA256 does not match).")
+    document = _parse(text, path)
     version = document.get("format_version")
-    if type(version) is not int or version not in READ_VERSIONS:
-        raise ValueError(f"{path}: format version {version!r} is not one this smoothsk reads "
-                         f"({', '.join(map(str, READ_VERSIONS))}); the file says smoothsk "
-                         f"{document.get('library_version')!r} wrote it.")
-    if version == 1 and "sigma_search_" in document:
-        raise ValueError(f"{path}: format version 1 has no sigma_search_ entry, but the document holds one.")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise ValueError(f"{path}: format version {version!r} is not the one this smoothsk reads "
+                         f"({FORMAT_VERSION}); the file says smoothsk {document.get('library_version')!r} wrote it.")
     manifest = document.get("tensors")
     if not isinstance(manifest, dict):
         raise ValueError(f"{path}: the document has no tensor manifest.")
@@ -515,13 +605,35 @@ def _read(path):
     if extra:
         raise ValueError(f"{path}: the file holds tensors {extra} that its manifest does not list.")
     for name, spec in manifest.items():
-        if spec != _tensor_spec(tensors[name]):
-            raise ValueError(f"{path}: tensor {name!r} has {_tensor_spec(tensors[name])} but the manifest "
+        if spec != tensor_spec(tensors[name]):
+            raise ValueError(f"{path}: tensor {name!r} has {tensor_spec(tensors[name])} but the manifest "
                              f"says {spec}: the tensor was reshaped or replaced.")
-    if _digest(metadata[DOCUMENT_KEY], tensors) != metadata[DIGEST_KEY]:
-        raise ValueError(f"{path}: the content does not match its SHA-256 digest: the file was edited or "
-                         "corrupted after it was saved.")
     return document, tensors
+
+
+def _same(computed, recorded):
+    """Whether a computed hex digest equals the recorded one (in constant time: an HMAC is compared)."""
+    return hmac.compare_digest(computed.encode(), recorded.encode("utf-8", "replace"))
+
+
+def _parse(text, path):
+    """The JSON object ``text``, nested at most :data:`MAX_NESTING` deep."""
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not valid JSON nested at most "
+                         f"{MAX_NESTING} deep ({type(exc).__name__}).") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not a JSON object.")
+    level, depth = [document], 1
+    while level:
+        level = [item for value in level for item in (value.values() if isinstance(value, dict) else value)
+                 if isinstance(item, (dict, list))]
+        depth += bool(level)
+        if depth > MAX_NESTING:
+            raise ValueError(f"{path}: its {DOCUMENT_KEY!r} document nests values more than {MAX_NESTING} deep, "
+                             "which no saved model does.")
+    return document
 
 
 def _decode_classes(spec, source):
@@ -534,6 +646,10 @@ def _decode_classes(spec, source):
         dtype = None
     values = spec["values"]
     plain = all(isinstance(v, (bool, int, float, str)) for v in values)
+    if dtype is not None and dtype.kind == "U" and dtype.itemsize // 4 > max(
+            _MAX_LABEL_CHARACTERS, *(len(value) for value in values if isinstance(value, str))):
+        raise ValueError(f"{source}: classes_ has dtype {spec['dtype']!r}, wider than its labels need (at most "
+                         f"{_MAX_LABEL_CHARACTERS} characters or the longest label).")
     if dtype is None or dtype.kind not in "biufUO" or len(values) < 2 or not plain:
         raise ValueError(f"{source}: classes_ is malformed: expected at least 2 labels (numbers or strings) "
                          f"of a bool, int, float, string or object dtype; got {spec!r}.")
@@ -547,47 +663,15 @@ def _decode_classes(spec, source):
 def _decode_shape(shape, source):
     if not (isinstance(shape, list) and shape and all(type(size) is int and size > 0 for size in shape)):
         raise ValueError(f"{source}: input_shape_ must be a non-empty list of positive ints; got {shape!r}.")
+    if np.prod(shape, dtype=object) > MAX_INPUT_FEATURES:
+        raise ValueError(f"{source}: input_shape_ {shape} has more than {MAX_INPUT_FEATURES} features, the most a "
+                         "model file may declare.")
     return tuple(shape)
 
 
 def _prefixed(tensors, prefix):
     """The tensors whose names start with ``prefix``, by the rest of their names."""
     return {name[len(prefix):]: tensor for name, tensor in tensors.items() if name.startswith(prefix)}
-
-
-def load_module_state(module, saved, source, what="module_"):
-    """Copy ``saved`` into ``module``'s state after checking names, shapes and dtypes.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        Built from the saved parameters.
-    saved : dict of str to torch.Tensor
-        The file's tensors of this module, by state-dict key.
-    source : str
-        The file, named in errors.
-    what : str, default="module_"
-        The module's role, named in errors.
-
-    Raises
-    ------
-    ValueError
-        If a key is missing or extra, or a tensor's dtype or shape differs.
-    """
-    expected = module.state_dict()
-    missing, extra = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
-    if missing:
-        raise ValueError(f"{source}: {what} tensors {missing} are missing from the file (the "
-                         f"{type(module).__name__} built from the saved parameters has them).")
-    if extra:
-        raise ValueError(f"{source}: the file has {what} tensors {extra} that the {type(module).__name__} "
-                         "built from the saved parameters does not have.")
-    for key, tensor in expected.items():
-        if _tensor_spec(saved[key]) != _tensor_spec(tensor):
-            raise ValueError(f"{source}: {what} tensor {key!r} has {_tensor_spec(saved[key])} in the file, "
-                             f"but the {type(module).__name__} built from the saved parameters has "
-                             f"{_tensor_spec(tensor)}.")
-    module.load_state_dict(saved, strict=True)
 
 
 def _decode_regions(attributes, tensors, n_features, source):
@@ -604,8 +688,6 @@ def _decode_regions(attributes, tensors, n_features, source):
     if len({len(array) for array in saved.values()}) > 1:
         raise ValueError(f"{source}: the region arrays have different numbers of rows "
                          f"{ {name: len(array) for name, array in saved.items()} }.")
-    if isinstance(attributes, dict) and "autocast" not in attributes:
-        attributes = {**attributes, "autocast": UNRECORDED}  # saved before stores recorded their precision
     if not (isinstance(attributes, dict) and set(attributes) == set(template_attributes) and all(
             template is None or type(attributes[name]) is type(template)
             for name, template in template_attributes.items())):
@@ -615,21 +697,38 @@ def _decode_regions(attributes, tensors, n_features, source):
 
 
 def _decode_params(document, classes, module, source):
-    """Constructor parameters of the saved estimator; ``module`` (if given) replaces the saved one."""
+    """Constructor parameters of the saved estimator; ``module`` (if given) replaces the saved one.
+
+    Only the parameters a file may set are taken, each only with the kind of
+    value it takes (see "Parameters a file may set"); any other is refused,
+    naming it, before anything is built.
+    """
     saved = document.get("params")
     if not isinstance(saved, dict):
         raise ValueError(f"{source}: the document has no parameters.")
     params = {}
     for name, value in saved.items():
-        if name != "module":
-            params[name] = _decode(value, name, classes, source)
-        elif module is not None:
+        if not _is_file_parameter(name):
+            raise ValueError(f"{source}: parameter {name!r} is not one a model file may set (only smoothsk's "
+                             "parameters, the module, the optimizer and plain module__*/optimizer__* values; "
+                             "callbacks, compile, criterion, iterators, datasets and torch_load_kwargs can name "
+                             "code): set it in Python after loading if you need it.")
+        if name == "module" and module is not None:
             params[name] = module
-        elif isinstance(value, dict) and set(value) == {"instance"}:
+        elif name == "module" and isinstance(value, dict) and set(value) == {"instance"}:
             raise ValueError(f"{source}: the module was saved as an instance of {value['instance']!r}, which "
                              "a file cannot rebuild; pass one (or its class): load(path, module=...).")
-        else:
+        elif name in _CLASS_PARAMETERS:
+            if not (isinstance(value, dict) and set(value) == {"type"}):
+                raise ValueError(f"{source}: parameter {name!r} must be a class ({{'type': name}}); got {value!r}.")
+            params[name] = _lookup(value["type"], name, classes, source)
+        elif name in _COMPONENT_PARAMETERS:
+            if not (value is None or isinstance(value, dict) and set(value) == {"class", "params"}):
+                raise ValueError(f"{source}: parameter {name!r} must be None or a component "
+                                 f"({{'class': name, 'params': {{...}}}}); got {value!r}.")
             params[name] = _decode(value, name, classes, source)
+        else:
+            params[name] = _decode_plain(value, name, name in _PLAIN_PARAMETERS, source)
     device = params.get("device")
     if isinstance(device, str) and device.startswith("cuda") and not torch.cuda.is_available():
         warnings.warn(f"{source} was saved with device={device!r}, but CUDA is not available: loading it "
@@ -638,7 +737,20 @@ def _decode_params(document, classes, module, source):
     return params
 
 
-def load_estimator(cls, path, module=None, allowed_classes=()):
+def _decode_plain(value, name, scalar, source):
+    """The plain value ``value`` of parameter ``name``: a scalar, or (unless ``scalar``) a list or tuple of them."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    items = value.get("tuple") if isinstance(value, dict) and set(value) == {"tuple"} else value
+    if not scalar and isinstance(items, list) and all(
+            item is None or isinstance(item, (bool, int, float, str)) for item in items):
+        return items if items is value else tuple(items)
+    raise ValueError(f"{source}: parameter {name!r} must be " + (
+        "None, a bool, a number or a string" if scalar else
+        "None, a bool, a number, a string, or a list or tuple of them") + f"; got {value!r}.")
+
+
+def load_estimator(cls, path, module=None, allowed_classes=(), key=None):
     """Rebuild an estimator that :func:`save_estimator` wrote, without running code from the file.
 
     Tensors are read onto the CPU and copied into a module built on the
@@ -656,6 +768,9 @@ def load_estimator(cls, path, module=None, allowed_classes=()):
         allow-list). An instance receives the saved weights.
     allowed_classes : sequence of type, default=()
         Further classes the file may name (your own components or modules).
+    key : bytes, optional
+        The key the file was saved with: the file loads only if its
+        HMAC-SHA256 under this key matches. A file saved with a key needs it.
 
     Returns
     -------
@@ -669,14 +784,18 @@ def load_estimator(cls, path, module=None, allowed_classes=()):
     ValueError
         Naming the file and the problem: not a smoothsk file, an unknown
         format version, missing, extra or reshaped tensors, content that does
-        not match its digest, a class not on the allow-list, malformed values,
-        parameters the estimator class does not take.
+        not match its digest (or HMAC), a class not on the allow-list, a parameter
+        a file may not set, malformed values, parameters the estimator class
+        does not take, or sizes larger than the file justifies.
+    TypeError
+        If ``module`` or ``key`` has the wrong type.
     """
+    key = _check_key(key)
     if module is not None and not (isinstance(module, torch.nn.Module) or
                                    (isinstance(module, type) and issubclass(module, torch.nn.Module))):
         raise TypeError(f"module must be a torch.nn.Module class or instance, or None; got {module!r}.")
     source = str(path)
-    document, tensors = _read(Path(path))
+    document, tensors = _read(Path(path), key)
     return _rebuild(cls, document, tensors, source, module, _allowed_classes(list(allowed_classes)))
 
 
@@ -701,16 +820,16 @@ def _rebuild(cls, document, tensors, source, module, classes):
         raise ValueError(f"{source}: history must be a list of epoch records (JSON objects).")
     classes_ = _decode_classes(document.get("classes_"), source)
     input_shape = _decode_shape(document.get("input_shape_"), source)
-    try:
-        estimator = cls(**params)
-        estimator.classes_, estimator.input_shape_ = classes_, input_shape
-        estimator.n_features_in_ = int(np.prod(input_shape))
-        estimator.initialize()  # skorch refuses parameters its class does not take here, with a ValueError
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{source}: cannot rebuild the estimator from the saved parameters: {exc} (skorch "
-                         "counts any attribute set on an estimator, estimator.name = value, among its "
-                         "parameters: delete such an attribute before saving.)") from exc
-    load_module_state(estimator.module_, _prefixed(tensors, _MODULE_PREFIX), source)
+    estimator = _built(lambda: cls(**params), source)
+    estimator.classes_, estimator.input_shape_ = classes_, input_shape
+    estimator.n_features_in_ = int(np.prod(input_shape))
+    _check_sizes(estimator, source)
+    saved_module = _prefixed(tensors, _MODULE_PREFIX)
+    # The module's size is checked on the meta device against the file's tensors before it is built for real.
+    _built(lambda: check_buildable(estimator._new_module, saved_module, source, "module_"), source)
+    with allocation_budget(saved_module, source, "module_"):
+        _built(estimator.initialize, source)  # skorch refuses parameters its class does not take here
+    load_module_state(estimator.module_, saved_module, source)
     if _TRAIN_SIGMAS in tensors:
         train_sigmas = tensors[_TRAIN_SIGMAS].numpy()
         if train_sigmas.ndim != 1 or train_sigmas.dtype.kind != "f":
@@ -724,6 +843,38 @@ def _rebuild(cls, document, tensors, source, module, classes):
     _decode_sigma_function(estimator, document.get("sigma_search_"), _prefixed(tensors, _SIGMA_FUNCTION_PREFIX),
                            classes, source)
     return estimator
+
+
+def _built(build, source):
+    """``build()``, its errors (the saved parameters' fault) as one ValueError naming ``source``."""
+    try:
+        return build()
+    except ValueError as exc:
+        if str(exc).startswith(source):
+            raise
+        error = exc
+    except (TypeError, RuntimeError, AttributeError, LookupError, ArithmeticError, MemoryError) as exc:
+        error = exc
+    raise ValueError(f"{source}: cannot rebuild the estimator from the saved parameters: "
+                     f"{type(error).__name__}: {' '.join(str(error).split())}") from error
+
+
+def _check_sizes(estimator, source):
+    """Refuse saved components and settings that are invalid or would allocate more than a model file may ask."""
+    for name in sorted(_COMPONENT_PARAMETERS):
+        component = getattr(estimator, name)
+        if component is not None:
+            try:
+                component.validate()
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{source}: parameter {name!r} is invalid: {' '.join(str(exc).split())}") from None
+    _built(estimator._validate_smoothing_params, source)
+    batch_bytes = estimator.certify_batch_size * estimator.n_features_in_ * 4
+    if batch_bytes > MAX_BATCH_BYTES:
+        raise ValueError(f"{source}: certify_batch_size={estimator.certify_batch_size} makes batches of "
+                         f"{batch_bytes / 2**30:.3g} GiB of noisy inputs, over the {MAX_BATCH_BYTES // 2**30} GiB a "
+                         "model file may ask for; save a smaller one and set yours after loading "
+                         "(set_params(certify_batch_size=...)).")
 
 
 def _decode_sigma_function(estimator, saved, arrays, classes, source):

@@ -426,6 +426,20 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         -------
         self
         """
+        self.module_ = self._new_module()
+        if hasattr(self, "regions_"):
+            # A new module is a new model, even where its seeded state_dict (and so the
+            # store's weights fingerprint) equals the old one's: its regions certify the old model.
+            self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+            # Nor has it trained: the old module's epochs would resume the schedule past its start.
+            self.initialize_history()
+            for name in ("train_sigmas_", "train_keys_"):
+                vars(self).pop(name, None)
+        vars(self).pop("sigma_search_", None)  # fitted for the old module, like the regions
+        return self
+
+    def _new_module(self):
+        """The module :meth:`initialize_module` sets: built seeded, ``n_classes`` passed, lazy layers materialised."""
         kwargs = self.get_params_for("module")
         if (isinstance(self.module, type) and "n_classes" not in kwargs and hasattr(self, "classes_")
                 and "n_classes" in inspect.signature(self.module).parameters):
@@ -437,17 +451,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                     isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
                 with torch.no_grad():  # materialise lazy layers before the optimizer sees them
                     module(torch.zeros((1,) + self.input_shape_))
-        self.module_ = module
-        if hasattr(self, "regions_"):
-            # A new module is a new model, even where its seeded state_dict (and so the
-            # store's weights fingerprint) equals the old one's: its regions certify the old model.
-            self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
-            # Nor has it trained: the old module's epochs would resume the schedule past its start.
-            self.initialize_history()
-            for name in ("train_sigmas_", "train_keys_"):
-                vars(self).pop(name, None)
-        vars(self).pop("sigma_search_", None)  # fitted for the old module, like the regions
-        return self
+        return module
 
     def get_dataset(self, X, y=None):
         """Training tensors as an indexed dataset (items ``(x, y, position)``)."""
@@ -821,7 +825,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         self.regions_ = RegionStore.empty(self.n_features_in_)
         return self
 
-    def save(self, path):
+    def save(self, path, *, key=None):
         """Write the fitted estimator to one safetensors file that loads without running code.
 
         The file holds the module's weights, ``train_sigmas_``, the
@@ -831,15 +835,21 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         offset; since format version 2) as tensors, and as JSON the
         parameters (components by class name and parameters), ``classes_``
         with its dtype, ``input_shape_``, the history, the format version
-        and a SHA-256 digest of it all. Not saved: the optimizer's state
-        (``partial_fit`` after :meth:`load` starts a fresh optimizer) and
-        ``callbacks`` (objects that hold functions; set them again after
+        and a SHA-256 digest of it all, or with ``key`` an HMAC-SHA256 that
+        only holders of the key can compute. Not saved: the optimizer's state
+        (``partial_fit`` after :meth:`load` starts a fresh optimizer) and the
+        parameters that can name code (``callbacks``, ``compile``,
+        ``criterion``, the iterators and datasets, ``torch_load_kwargs``:
+        a warning names those not at their defaults; set them again after
         loading). The format is described in ``smoothsk._persistence``.
 
         Parameters
         ----------
         path : str or path-like
-            File to write (replaced atomically if it exists).
+            File to write (replaced atomically if it exists, keeping its permissions).
+        key : bytes, optional
+            Secret of at least 16 bytes (``secrets.token_bytes(32)``): the file
+            is authenticated with HMAC-SHA256 and loads only with this key.
 
         Raises
         ------
@@ -855,26 +865,36 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             it from its caller: only its tensors are the file's). The message
             names it, and no file is written.
         """
-        save_estimator(self, path)
+        save_estimator(self, path, key=key)
 
     @classmethod
-    def load(cls, path, *, module=None, allowed_classes=()):
+    def load(cls, path, *, key=None, module=None, allowed_classes=()):
         """Rebuild an estimator written by :meth:`save`, without pickle and without importing from the file.
 
-        Classes named in the file are taken from an allow-list (smoothsk's
-        public classes, ``torch.nn`` losses, ``torch.optim`` optimizers,
-        ``DataLoader``, skorch's ``Dataset``), never imported by name; your own
-        module or component classes load only when passed here. Tensors are
-        read onto the CPU, then moved to the estimator's ``device`` (CPU, with
-        a warning, where a saved CUDA device is missing). The certificates and
-        predictions of the loaded estimator equal the saved one's.
+        Loading runs no code from the file and allocates no more than its
+        size justifies, whoever wrote it: the file sets only an allow-list of
+        parameters (smoothsk's own, the module and optimizer classes, plain
+        ``module__*``/``optimizer__*`` values); classes are taken from an
+        allow-list (smoothsk's public classes, ``torch.optim`` optimizers),
+        never imported by name, and your own module or component classes load
+        only when passed here; the module is built on the ``meta`` device and
+        compared with the file's tensors before it is built for real. Tensors
+        are read onto the CPU, then moved to the estimator's ``device`` (CPU,
+        with a warning, where a saved CUDA device is missing). The
+        certificates and predictions of the loaded estimator equal the saved
+        one's.
 
-        The digest catches corrupted files and naive edits; it has no secret
-        key, so it does not prove who wrote a file.
+        Without ``key``, the SHA-256 digest catches corrupted files and naive
+        edits but not a forger, who can recompute it: whether the weights
+        deserve trust is the user's call. With ``key``, the file loads only if
+        it was written with that key and not changed since.
 
         Parameters
         ----------
         path : str or path-like
+        key : bytes, optional
+            The key the file was saved with; required for (and only for) a file
+            saved with one.
         module : torch.nn.Module class or instance, optional
             Replaces the saved ``module`` parameter: needed for your own module
             class, or when the module was an instance (which receives the
@@ -892,9 +912,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         ValueError
             Naming the file and what is wrong: not a smoothsk model, an
             unknown format version, missing or reshaped tensors, content that
-            does not match its digest, a class not on the allow-list.
+            does not match its digest or HMAC, a key missing or given for an
+            unkeyed file, a parameter a file may not set, a class not on the
+            allow-list, sizes beyond what the file's tensors justify.
         """
-        return load_estimator(cls, path, module=module, allowed_classes=allowed_classes)
+        return load_estimator(cls, path, module=module, allowed_classes=allowed_classes, key=key)
 
     def check_is_fitted(self, attributes=None, *args, **kwargs):
         """Raise ``NotFittedError`` unless ``fit`` has run."""

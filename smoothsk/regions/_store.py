@@ -10,11 +10,6 @@ import numpy as np
 import torch
 
 
-#: ``RegionStore.autocast`` of a store saved before stores recorded their precision:
-#: no current ``certify_autocast`` owns its regions.
-UNRECORDED = "unrecorded"
-
-
 @dataclass
 class RegionStore:
     """Regions allocated so far, one row per region.
@@ -64,8 +59,7 @@ class RegionStore:
     autocast : {"bfloat16", "float16"} or None
         The estimator's ``certify_autocast`` when the regions were made: the
         precision the module ran in, so part of the classifier the regions
-        certify. None for the module run as it is (and until first used);
-        :data:`UNRECORDED` for a store saved before stores recorded it.
+        certify. None for the module run as it is (and until first used).
 
     Notes
     -----
@@ -253,13 +247,11 @@ class RegionStore:
                 f"another probability. Call reset_regions() to start a new store at alpha={alpha}, or set "
                 f"alpha back to {self.alpha}.")
         if autocast != self.autocast:
-            made = ("in a precision this store did not record (saved by an older smoothsk)"
-                    if self.autocast == UNRECORDED else f"with certify_autocast={self.autocast!r}")
             raise ValueError(
-                f"regions_ holds {len(self)} regions certified {made}, but certify_autocast is now {autocast!r}: "
-                "the module run in another precision is another classifier, which their certificates say "
-                f"nothing about. Call reset_regions() to start a new store for certify_autocast={autocast!r}"
-                + ("." if self.autocast == UNRECORDED else f", or set certify_autocast back to {self.autocast!r}."))
+                f"regions_ holds {len(self)} regions certified with certify_autocast={self.autocast!r}, but "
+                f"certify_autocast is now {autocast!r}: the module run in another precision is another classifier, "
+                "which their certificates say nothing about. Call reset_regions() to start a new store for "
+                f"certify_autocast={autocast!r}, or set certify_autocast back to {self.autocast!r}.")
 
     def digest(self):
         """SHA-256 of everything the store holds: regions, call counter and owner (weights, allocator, alpha, autocast).

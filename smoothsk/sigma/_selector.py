@@ -10,8 +10,9 @@ import torch
 from sklearn.exceptions import NotFittedError
 from sklearn.neighbors import NearestNeighbors
 
-from .._constraints import HasMethods, Interval
+from .._constraints import SAMPLE_SIZE, HasMethods, Interval
 from .._modes import evaluating
+from .._module_state import build_from_file
 from .._stages import (
     CERTIFIED_SIGMA_CERTIFY,
     CERTIFIED_SIGMA_PREDICTION,
@@ -261,8 +262,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         "selector": [callable, None],
         "fit_selector": ["boolean"],
         "selector_sigma": [Interval(Real, 0, None, closed="neither")],
-        "n": [Interval(Integral, 1, None, closed="left")],
-        "n0": [Interval(Integral, 1, None, closed="left")],
+        "n": [SAMPLE_SIZE],
+        "n0": [SAMPLE_SIZE],
         "alpha_share": [Interval(Real, 0, 1, closed="neither")],
         "selector_epochs": [Interval(Integral, 0, None, closed="left"), None],
         "target_neighbors": [Interval(Integral, 1, None, closed="left"), None],
@@ -444,8 +445,6 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         *estimator.input_shape_)``) and receives the saved weights on
         ``estimator.device``.
         """
-        from .._persistence import load_module_state  # the file format imports this package
-
         levels = arrays.get("levels")
         if not (isinstance(levels, torch.Tensor) and levels.dtype == torch.float64 and levels.ndim == 1
                 and len(levels) > 0 and bool(torch.all(levels > 0)) and bool(torch.all(torch.isfinite(levels)))
@@ -473,9 +472,11 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                                  "holds selector weights.")
             self.selector_module_ = None
             return self
-        probe = torch.zeros((1, *estimator.input_shape_), dtype=torch.float32)
-        module = self._build_module(estimator, probe, n_levels)
-        load_module_state(module, state, source, "sigma_search_ selector")
+
+        def build():  # on the meta device first (build_from_file): the probe takes no memory there either
+            return self._build_module(estimator, torch.zeros((1, *estimator.input_shape_)), n_levels)
+
+        module = build_from_file(build, state, source, "sigma_search_ selector")
         self.selector_module_ = module.to(torch.device(estimator.device)).eval()
         return self
 

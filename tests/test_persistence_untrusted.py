@@ -1,0 +1,261 @@
+"""Model files from elsewhere: nothing in a file runs code, allocates what its size does not justify, or loads
+unauthenticated when a key is required.
+
+Each hostile file starts from a valid saved model and is re-signed as a forger can (the unkeyed digest has no
+secret). Loads that could exhaust memory run in a subprocess under an address-space limit, so that a defect fails
+the test instead of the machine.
+"""
+
+import hashlib
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.models import CifarResNet, FlatMLP
+from smoothsk.sampling import FixedSampler
+from smoothsk.training import FixedSigmaTraining
+
+load = SampleWiseSmoothedClassifier.load
+
+#: Address-space limit of the subprocess that loads memory-hostile files (torch alone maps about 1.5 GB).
+ADDRESS_SPACE_LIMIT = 4 * 2**30
+#: Largest peak-RSS growth allowed while loading a hostile file of under 20 KB.
+RSS_GROWTH_LIMIT_MB = 200
+
+
+def read_file(path):
+    """(JSON document, tensors as numpy arrays) of a saved model."""
+    with safe_open(path, framework="np") as file:
+        document = json.loads(file.metadata()["smoothsk"])
+        tensors = {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
+    return document, tensors
+
+
+def forge(path, document, tensors):
+    """Write ``document`` and ``tensors`` as an unkeyed model file with a valid digest, as a forger can."""
+    document = {**document, "tensors": {name: {"dtype": str(array.dtype), "shape": list(array.shape)}
+                                        for name, array in tensors.items()}}
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode())
+    for name in sorted(tensors):
+        digest.update(np.ascontiguousarray(tensors[name]).tobytes())
+    save_file(tensors, path, metadata={"smoothsk": text, "smoothsk_sha256": digest.hexdigest()})
+    return path
+
+
+@pytest.fixture(scope="module")
+def flat_mlp_file(tmp_path_factory):
+    """A fitted FlatMLP (hidden 8) on 6 features, saved: the file every forgery here starts from."""
+    X = np.random.RandomState(0).rand(40, 6).astype(np.float32)
+    clf = SampleWiseSmoothedClassifier(FlatMLP, module__hidden=8, training=FixedSigmaTraining(0.25),
+                                       sampler=FixedSampler(n=100, n0=10), max_epochs=1, random_state=0)
+    path = tmp_path_factory.mktemp("model") / "model.safetensors"
+    clf.fit(X, (X[:, 0] > 0.5).astype(np.int64)).save(path)
+    return path
+
+
+def refused_in_subprocess(paths):
+    """Load each file in a fresh, memory-limited process; per file: (exception type, message, RSS growth in MB)."""
+    script = textwrap.dedent(f"""
+        import json, resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE_LIMIT}, {ADDRESS_SPACE_LIMIT}))
+        from smoothsk import SampleWiseSmoothedClassifier
+        results = []
+        for path in sys.argv[1:]:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            try:
+                SampleWiseSmoothedClassifier.load(path)
+                outcome = [None, ""]
+            except Exception as error:
+                outcome = [type(error).__name__, str(error)]
+            growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+            results.append(outcome + [growth])
+        print(json.dumps(results))
+    """)
+    done = subprocess.run([sys.executable, "-c", script, *map(str, paths)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- code execution
+
+class TestNothingInAFileRunsCode:
+    def test_compile_options_that_run_a_shell_command_are_refused(self, flat_mlp_file, tmp_path):
+        """torch.compile's C++ build takes its flags from compile__options: a file must not set them."""
+        marker = tmp_path / "owned"
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["compile"] = True
+        document["params"]["compile__options"] = {"dict": {"cpp.march": (
+            f"native -wrapper '/bin/sh,-c,touch {marker}; exec \"$0\" \"$@\"'")}}
+        tensors = {name.replace("module_.", "module_._orig_mod.", 1): array for name, array in tensors.items()}
+        evil = forge(tmp_path / "evil.safetensors", document, tensors)
+        with pytest.raises(ValueError, match=r"evil\.safetensors: parameter 'compile' is not one a model file may "
+                                             r"set") as refusal:
+            load(evil).predict(np.zeros((1, 6), dtype=np.float32))
+        assert "\n" not in str(refusal.value)
+        assert not marker.exists()
+
+    @pytest.mark.parametrize(("name", "value"), [
+        ("torch_load_kwargs", {"dict": {"weights_only": False}}),
+        ("callbacks", None),
+        ("callbacks__print_log__sink", "print"),
+        ("iterator_train", {"type": "torch.utils.data.DataLoader"}),
+        ("iterator_valid__collate_fn", {"type": "smoothsk.models.FlatMLP"}),
+        ("dataset", {"type": "skorch.dataset.Dataset"}),
+        ("criterion", {"type": "torch.nn.CrossEntropyLoss"}),
+        ("criterion__weight", [1.0, 2.0]),
+        ("train_split", None),
+        ("predict_nonlinearity", "auto"),
+        ("use_caching", "auto"),
+        ("compile__fullgraph", True),
+    ])
+    def test_parameters_outside_the_allow_list_are_refused_by_name(self, name, value, flat_mlp_file, tmp_path):
+        document, tensors = read_file(flat_mlp_file)
+        document["params"][name] = value
+        evil = forge(tmp_path / "evil.safetensors", document, tensors)
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter '{name}' is not one a model file may "
+                                             r"set"):
+            load(evil)
+
+    @pytest.mark.parametrize(("name", "value"), [
+        ("module__hidden", {"type": "smoothsk.models.FlatMLP"}),
+        ("optimizer__momentum", {"class": "smoothsk.sampling.FixedSampler", "params": {"n": 10, "n0": 1}}),
+        ("module__hidden", {"dict": {"a": 1}}),
+        ("lr", [0.1]),
+        ("alpha", {"tuple": [0.1]}),
+    ])
+    def test_plain_parameters_take_only_plain_values(self, name, value, flat_mlp_file, tmp_path):
+        document, tensors = read_file(flat_mlp_file)
+        document["params"][name] = value
+        evil = forge(tmp_path / "evil.safetensors", document, tensors)
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter '{name}' must be "):
+            load(evil)
+
+    def test_deeply_nested_json_is_refused_in_one_line(self, flat_mlp_file, tmp_path):
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["module__hidden"] = json.loads("[" * 50 + "]" * 50)
+        evil = forge(tmp_path / "evil.safetensors", document, tensors)
+        with pytest.raises(ValueError, match=r"evil\.safetensors: .*nest"):
+            load(evil)
+        # Deeper than the JSON parser's own recursion: a ValueError, never a RecursionError.
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+        text = text.replace('"module__hidden":', '"module__hidden":' + "[" * 100_000 + "]" * 100_000 + ",\"x\":", 1)
+        digest = hashlib.sha256(text.encode())
+        for name in sorted(tensors):
+            digest.update(np.ascontiguousarray(tensors[name]).tobytes())
+        save_file(tensors, tmp_path / "deep.safetensors", metadata={"smoothsk": text,
+                                                                     "smoothsk_sha256": digest.hexdigest()})
+        with pytest.raises(ValueError, match=r"deep\.safetensors: "):
+            load(tmp_path / "deep.safetensors")
+
+
+# ------------------------------------------------------------------ allocation
+
+def _hostile_files(flat_mlp_file, folder):
+    """Small forged files, each asking for far more memory than its size justifies, by what they ask for."""
+    document, tensors = read_file(flat_mlp_file)
+
+    def variant(name, edit, new_tensors=tensors):
+        changed = json.loads(json.dumps(document))
+        edit(changed)
+        return name, forge(folder / f"{name}.safetensors", changed, new_tensors)
+
+    def wide_labels(doc):
+        doc["classes_"]["dtype"] = "<U500000000"
+        doc["classes_"]["values"] = ["0", "1"]
+
+    def resnet(blocks):
+        def edit(doc):
+            doc["params"]["module"] = {"type": "smoothsk.models.CifarResNet"}
+            doc["params"]["module__blocks"] = blocks
+            doc["params"]["module__width"] = 2
+            doc["params"].pop("module__hidden")
+            doc["input_shape_"] = [3, 32, 32]
+        return edit
+
+    resnet_tensors = {**{name: array for name, array in tensors.items() if not name.startswith("module_.")},
+                      **{f"module_.{key}": value.numpy() for key, value in CifarResNet(n_classes=2, blocks=1, width=2)
+                         .state_dict().items()}}
+    resnet_tensors = {name: (np.zeros((0, 3072), np.float32) if name == "regions_.centres" else array)
+                      for name, array in resnet_tensors.items()}
+    return dict([
+        variant("wide_labels", wide_labels),
+        variant("hidden", lambda doc: doc["params"].update(module__hidden=10**9)),
+        variant("blocks", resnet(10**7), resnet_tensors),
+        variant("input_shape", lambda doc: doc.update(input_shape_=[10**6, 10**6])),
+        variant("sampler_n", lambda doc: doc["params"].update(
+            sampler={"class": "smoothsk.sampling.FixedSampler", "params": {"n": 10**18, "n0": 10}})),
+        variant("batch", lambda doc: doc["params"].update(certify_batch_size=10**12)),
+    ])
+
+
+def test_small_files_cannot_make_loading_allocate(flat_mlp_file, tmp_path):
+    """Every file is under 20 KB and refused in one line, naming what it asks for, within the RSS bound."""
+    files = _hostile_files(flat_mlp_file, tmp_path)
+    assert all(path.stat().st_size < 20_000 for path in files.values())
+    results = dict(zip(files, refused_in_subprocess(files.values()), strict=True))
+    expected = {"wide_labels": "classes_", "hidden": "module_", "blocks": "module_", "input_shape": "input_shape_",
+                "sampler_n": "sampler", "batch": "certify_batch_size"}
+    for name, (error, message, growth) in results.items():
+        assert error == "ValueError", f"{name}: {error}: {message[:300]}"
+        assert "\n" not in message and f"{name}.safetensors" in message and expected[name] in message, message
+        assert growth < RSS_GROWTH_LIMIT_MB, f"{name}: peak RSS grew by {growth:.0f} MB"
+
+
+# -------------------------------------------------------------- authentication
+
+KEY, OTHER_KEY = b"k" * 32, b"o" * 32
+
+
+class TestKeyedFiles:
+    @pytest.fixture
+    def keyed(self, make_linear_classifier, tmp_path):
+        clf = make_linear_classifier([1.0, -1.0])
+        clf.save(tmp_path / "keyed.safetensors", key=KEY)
+        return clf, tmp_path / "keyed.safetensors"
+
+    def test_the_right_key_loads_the_same_classifier(self, keyed):
+        clf, path = keyed
+        X = np.array([[1.0, 0.0], [0.0, 2.0]], dtype=np.float32)
+        loaded = load(path, key=KEY, module=clf.module)
+        np.testing.assert_array_equal(loaded.certify(X)[1], clf.certify(X)[1])
+
+    def test_another_key_or_no_key_is_refused(self, keyed):
+        clf, path = keyed
+        with pytest.raises(ValueError, match=r"keyed\.safetensors: .*not written with this key"):
+            load(path, key=OTHER_KEY, module=clf.module)
+        with pytest.raises(ValueError, match=r"keyed\.safetensors: .*authenticated with a key.*key="):
+            load(path, module=clf.module)
+
+    def test_an_unkeyed_file_is_refused_when_a_key_is_given(self, make_linear_classifier, tmp_path):
+        clf = make_linear_classifier([1.0, -1.0])
+        clf.save(tmp_path / "plain.safetensors")
+        with pytest.raises(ValueError, match=r"plain\.safetensors: .*not authenticated"):
+            load(tmp_path / "plain.safetensors", key=KEY, module=clf.module)
+
+    def test_every_edited_byte_is_detected(self, keyed):
+        clf, path = keyed
+        original = path.read_bytes()
+        header_length = int.from_bytes(original[:8], "little")
+        # A byte in the JSON document, in a tensor, and the last byte of the file.
+        document_at = original.index(b"alpha")
+        for offset in (document_at + 8, 8 + header_length + 3, len(original) - 1):
+            edited = bytearray(original)
+            edited[offset] ^= 0x01
+            path.write_bytes(bytes(edited))
+            with pytest.raises(ValueError, match=r"keyed\.safetensors: "):
+                load(path, key=KEY, module=clf.module)
+
+    @pytest.mark.parametrize("key", [b"short", "a string", 12345])
+    def test_keys_must_be_long_bytes(self, key, make_linear_classifier, tmp_path):
+        clf = make_linear_classifier([1.0, -1.0])
+        with pytest.raises((TypeError, ValueError), match=r"key must be"):
+            clf.save(tmp_path / "model.safetensors", key=key)
