@@ -1,6 +1,7 @@
 """Data sets: the bundled digits, and loaders for standard files in a local folder."""
 
 import gzip
+import math
 import pickle
 from pathlib import Path
 
@@ -107,16 +108,27 @@ def make_heterogeneous_margins(n_samples=2400, n_features=256, spacings=(1.0, 2.
     return X.astype(np.float32), y.astype(np.int64)
 
 
-def _read_idx(path):
-    """Read an IDX file (MNIST's format), gzipped or not, into an ndarray."""
+def _read_idx(path, n_dims):
+    """Read an IDX file (MNIST's format) of ``n_dims`` dimensions, gzipped or not, into an ndarray.
+
+    The header's dimension count and sizes are checked against ``n_dims`` and
+    the bytes that follow it before the data is shaped.
+    """
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
         data = f.read()
-    if data[:2] != b"\x00\x00" or data[2] != 0x08:
+    if data[:3] != b"\x00\x00\x08" or len(data) < 4:
         raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number {data[:4].hex()}).")
-    n_dims = data[3]
+    if data[3] != n_dims:
+        raise ValueError(f"{path} has {data[3]} dimensions; expected {n_dims}.")
+    offset = 4 + 4 * n_dims
+    if len(data) < offset:
+        raise ValueError(f"{path} ends inside its header ({len(data)} bytes; {n_dims} dimensions need {offset}).")
     shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(n_dims))
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * n_dims).reshape(shape)
+    if math.prod(shape) != len(data) - offset:
+        raise ValueError(f"{path} declares {'x'.join(map(str, shape))} ({math.prod(shape)} bytes) "
+                         f"but {len(data) - offset} follow its header.")
+    return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(shape)
 
 
 def _find(folder, names):
@@ -143,11 +155,20 @@ def load_mnist(folder, train=True):
     X : ndarray of float32, shape (n, 1, 28, 28)
         Intensities in [0, 1].
     y : ndarray of int64, shape (n,)
+
+    Raises
+    ------
+    FileNotFoundError
+        If the images or the labels file is missing.
+    ValueError
+        If a file is not an unsigned-byte IDX file with 3 (images) or 1
+        (labels) dimensions whose sizes, as its header declares them, add up
+        to the bytes that follow the header.
     """
     folder = Path(folder)
     prefix = "train" if train else "t10k"
-    images = _read_idx(_find(folder, [f"{prefix}-images-idx3-ubyte", f"{prefix}-images.idx3-ubyte"]))
-    labels = _read_idx(_find(folder, [f"{prefix}-labels-idx1-ubyte", f"{prefix}-labels.idx1-ubyte"]))
+    images = _read_idx(_find(folder, [f"{prefix}-images-idx3-ubyte", f"{prefix}-images.idx3-ubyte"]), 3)
+    labels = _read_idx(_find(folder, [f"{prefix}-labels-idx1-ubyte", f"{prefix}-labels.idx1-ubyte"]), 1)
     return (images.astype(np.float32) / 255.0)[:, None], labels.astype(np.int64)
 
 

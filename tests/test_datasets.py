@@ -57,10 +57,37 @@ class TestMnist:
         with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
             load_mnist(tmp_path)
 
-    def test_bad_magic_number(self, tmp_path):
-        (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x01\x02\x03\x04")
+    @pytest.mark.parametrize("header", [b"\x01\x02\x03\x04", b"\x00\x00\x08", b""])
+    def test_bad_magic_number(self, tmp_path, header):
+        (tmp_path / "train-images-idx3-ubyte").write_bytes(header)
         write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([1]))
-        with pytest.raises(ValueError, match="not an unsigned-byte IDX file"):
+        with pytest.raises(ValueError, match="train-images-idx3-ubyte is not an unsigned-byte IDX file"):
+            load_mnist(tmp_path)
+
+    @pytest.mark.parametrize("change, match", [
+        (lambda data: data[:-1], r"declares 3x28x28 \(2352 bytes\) but 2351 follow"),
+        (lambda data: data + b"\x00", r"declares 3x28x28 \(2352 bytes\) but 2353 follow"),
+        (lambda data: data[:4] + (2**32 - 1).to_bytes(4, "big") * 3 + data[16:],
+         r"declares 4294967295x4294967295x4294967295 \(\d+ bytes\) but 2352 follow"),
+        (lambda data: data[:10], r"ends inside its header \(10 bytes; 3 dimensions need 16\)"),
+    ], ids=["short", "long", "huge", "truncated-header"])
+    def test_size_declared_in_header_must_match_the_data(self, tmp_path, change, match):
+        write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((3, 28, 28)))
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([1, 2, 3]))
+        path = tmp_path / "train-images-idx3-ubyte"
+        path.write_bytes(change(path.read_bytes()))
+        with pytest.raises(ValueError, match="train-images-idx3-ubyte " + match):
+            load_mnist(tmp_path)
+
+    @pytest.mark.parametrize("images_shape, labels_shape, match", [
+        ((3, 1, 28, 28), (3,), "train-images-idx3-ubyte has 4 dimensions; expected 3"),
+        ((3, 784), (3,), "train-images-idx3-ubyte has 2 dimensions; expected 3"),
+        ((3, 28, 28), (3, 1), "train-labels-idx1-ubyte has 2 dimensions; expected 1"),
+    ])
+    def test_dimension_count_is_checked(self, tmp_path, images_shape, labels_shape, match):
+        write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros(images_shape))
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(labels_shape))
+        with pytest.raises(ValueError, match=match):
             load_mnist(tmp_path)
 
 
