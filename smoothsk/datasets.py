@@ -1,12 +1,15 @@
 """Data sets: the bundled digits, and loaders for standard files in a local folder."""
 
 import gzip
-import pickle
+import math
+import os
 from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.utils import check_random_state
+
+from .statistics import first_offender
 
 __all__ = ["load_digits_images", "make_heterogeneous_margins", "load_mnist", "load_cifar10"]
 
@@ -107,16 +110,27 @@ def make_heterogeneous_margins(n_samples=2400, n_features=256, spacings=(1.0, 2.
     return X.astype(np.float32), y.astype(np.int64)
 
 
-def _read_idx(path):
-    """Read an IDX file (MNIST's format), gzipped or not, into an ndarray."""
+def _read_idx(path, n_dims):
+    """Read an IDX file (MNIST's format) of ``n_dims`` dimensions, gzipped or not, into an ndarray.
+
+    The header's dimension count and sizes are checked against ``n_dims`` and
+    the bytes that follow it before the data is shaped.
+    """
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
         data = f.read()
-    if data[:2] != b"\x00\x00" or data[2] != 0x08:
+    if data[:3] != b"\x00\x00\x08" or len(data) < 4:
         raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number {data[:4].hex()}).")
-    n_dims = data[3]
+    if data[3] != n_dims:
+        raise ValueError(f"{path} has {data[3]} dimensions; expected {n_dims}.")
+    offset = 4 + 4 * n_dims
+    if len(data) < offset:
+        raise ValueError(f"{path} ends inside its header ({len(data)} bytes; {n_dims} dimensions need {offset}).")
     shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(n_dims))
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * n_dims).reshape(shape)
+    if math.prod(shape) != len(data) - offset:
+        raise ValueError(f"{path} declares {'x'.join(map(str, shape))} ({math.prod(shape)} bytes) "
+                         f"but {len(data) - offset} follow its header.")
+    return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(shape)
 
 
 def _find(folder, names):
@@ -143,93 +157,118 @@ def load_mnist(folder, train=True):
     X : ndarray of float32, shape (n, 1, 28, 28)
         Intensities in [0, 1].
     y : ndarray of int64, shape (n,)
+
+    Raises
+    ------
+    FileNotFoundError
+        If the images or the labels file is missing.
+    ValueError
+        If a file is not an unsigned-byte IDX file with 3 (images) or 1
+        (labels) dimensions whose sizes, as its header declares them, add up
+        to the bytes that follow the header.
     """
     folder = Path(folder)
     prefix = "train" if train else "t10k"
-    images = _read_idx(_find(folder, [f"{prefix}-images-idx3-ubyte", f"{prefix}-images.idx3-ubyte"]))
-    labels = _read_idx(_find(folder, [f"{prefix}-labels-idx1-ubyte", f"{prefix}-labels.idx1-ubyte"]))
+    images = _read_idx(_find(folder, [f"{prefix}-images-idx3-ubyte", f"{prefix}-images.idx3-ubyte"]), 3)
+    labels = _read_idx(_find(folder, [f"{prefix}-labels-idx1-ubyte", f"{prefix}-labels.idx1-ubyte"]), 1)
     return (images.astype(np.float32) / 255.0)[:, None], labels.astype(np.int64)
 
 
-def _latin1_encode(text, encoding):
-    """``_codecs.encode`` as protocol-2 pickles use it for bytes, and only that."""
-    if encoding != "latin1":
-        raise pickle.UnpicklingError(f"only _codecs.encode(..., 'latin1') is allowed, got encoding {encoding!r}")
-    return text.encode("latin1")
+#: Bytes of one record of CIFAR-10's binary version: the label, then the red, green and blue 32x32 planes.
+_CIFAR_RECORD = 1 + 3 * 32 * 32
+#: Records in each batch file of the published data set, the most a file may hold.
+_CIFAR_BATCH = 10_000
+_CIFAR_BINARY = ("CIFAR-10's binary version (the cifar-10-batches-bin folder of cifar-10-binary.tar.gz, "
+                 "'CIFAR-10 binary version (suitable for C programs)' on https://www.cs.toronto.edu/~kriz/cifar.html)")
 
 
-# Everything the python batches of CIFAR-10 refer to: numpy arrays (pickled by numpy 1.x or 2.x,
-# protocol 2 as published or 5 as re-saved), their dtypes, and the bytes of a protocol-2 pickle.
-_CIFAR_GLOBALS = {
-    **{(module, "_reconstruct"): np.zeros(1).__reduce_ex__(2)[0]
-       for module in ("numpy.core.multiarray", "numpy._core.multiarray")},
-    **{(module, "_frombuffer"): np.zeros(1).__reduce_ex__(5)[0]
-       for module in ("numpy.core.numeric", "numpy._core.numeric")},
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): np.dtype,
-    ("_codecs", "encode"): _latin1_encode,
-}
+def _cifar_folder(folder):
+    """The folder to read: ``folder/cifar-10-batches-bin`` where that exists, else ``folder`` itself."""
+    nested = folder / "cifar-10-batches-bin"
+    return nested if nested.is_dir() else folder
 
 
-class _CifarUnpickler(pickle.Unpickler):
-    """An unpickler that builds only dicts, lists, strings, numbers and numpy arrays."""
-
-    def find_class(self, module, name):
-        try:
-            return _CIFAR_GLOBALS[module, name]
-        except KeyError:
-            raise pickle.UnpicklingError(f"refers to {module}.{name}, which CIFAR-10's batches never hold; "
-                                         "refused, as loading it could run code from the file") from None
+def _holds_python_version(folder):
+    """Whether ``folder`` holds CIFAR-10's python version (batches without ``.bin``) or its folder."""
+    return any((folder / name).exists() for name in ("cifar-10-batches-py", "batches.meta", "data_batch_1",
+                                                     "test_batch"))
 
 
-def _load_cifar_batch(path):
-    """Unpickle one CIFAR-10 python batch, refusing anything but its containers and arrays."""
+def _read_cifar_batch(path):
+    """Labels (uint8) and pixels (uint8, shape (n, 3, 32, 32)) of one batch file of the binary version.
+
+    The file's size is checked before anything is read: a positive whole
+    number of records, at most a published batch's 10,000.
+    """
     with open(path, "rb") as f:
-        try:
-            return _CifarUnpickler(f, encoding="bytes").load()
-        except pickle.UnpicklingError as error:
-            raise pickle.UnpicklingError(f"{path}: {error}") from None
+        size = os.fstat(f.fileno()).st_size
+        if size == 0 or size % _CIFAR_RECORD or size > _CIFAR_BATCH * _CIFAR_RECORD:
+            raise ValueError(f"{path} holds {size} bytes; expected 1 to {_CIFAR_BATCH:,} records of {_CIFAR_RECORD:,} "
+                             "bytes (a label byte, then 3,072 pixel bytes) of CIFAR-10's binary version.")
+        records = np.frombuffer(f.read(size), dtype=np.uint8).reshape(-1, _CIFAR_RECORD)
+    labels = records[:, 0]
+    if labels.max() > 9:
+        raise ValueError(f"{path}: label {first_offender(labels, labels > 9)}; CIFAR-10's labels are 0 to 9.")
+    return labels, records[:, 1:].reshape(-1, 3, 32, 32)
 
 
 def load_cifar10(folder, train=True):
-    """CIFAR-10 from its python batches in a local folder (nothing is downloaded).
+    """CIFAR-10 from the files of its binary version in a local folder (nothing is downloaded).
 
     Parameters
     ----------
     folder : str or Path
-        The ``cifar-10-batches-py`` folder (``data_batch_1`` .. ``data_batch_5``,
-        ``test_batch``).
+        The ``cifar-10-batches-bin`` folder (``data_batch_1.bin`` ..
+        ``data_batch_5.bin``, ``test_batch.bin``), or the folder holding it
+        (where ``cifar-10-binary.tar.gz`` was extracted).
     train : bool, default=True
-        The 50,000 training images, else the 10,000 test images.
+        The 50,000 training images (the five data batches in order), else
+        the 10,000 test images.
 
     Returns
     -------
     X : ndarray of float32, shape (n, 3, 32, 32)
-        Intensities in [0, 1].
+        Intensities in [0, 1], channels red, green, blue.
     y : ndarray of int64, shape (n,)
+        Labels 0-9.
 
     Raises
     ------
-    pickle.UnpicklingError
-        If a batch file refers to anything but numpy arrays, their dtypes and
-        basic containers.
+    FileNotFoundError
+        If a batch file is missing; when the folder holds the python version
+        instead, the message says so and where the binary version comes from.
+    ValueError
+        If a batch file is not 1 to 10,000 whole records of 3,073 bytes, or
+        holds a label above 9.
 
     Notes
     -----
-    The batches are pickles. They are read with a restricted unpickler that
-    builds only what CIFAR-10's batches hold (dicts, lists, bytes, numbers and
-    numpy arrays), so a tampered file cannot run code on load; it is refused
-    with an error naming the file.
+    Only the binary version ("CIFAR-10 binary version (suitable for C
+    programs)", ``cifar-10-binary.tar.gz`` on
+    https://www.cs.toronto.edu/~kriz/cifar.html) is read. Each of its files is
+    a sequence of records: one label byte, then 3,072 pixel bytes (the red,
+    green and blue 32x32 planes, row-major). The python version
+    (``cifar-10-batches-py``) is refused: its batches are pickles of numpy
+    arrays, and an unpickler that rebuilds numpy arrays is not safe on a
+    hostile file, however restricted (a numpy dtype with forged flags makes
+    numpy read the file's bytes as memory addresses and crash the process).
+    A batch file is checked from its size before it is
+    read: it must hold a whole number of records, from 1 to the published
+    10,000, so that a subset of a batch is accepted. A ``folder`` holding a
+    ``cifar-10-batches-bin`` folder is read from that folder.
     """
-    folder = Path(folder)
-    names = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
+    folder = _cifar_folder(Path(folder))
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] if train else ["test_batch.bin"]
     images, labels = [], []
     for name in names:
         path = folder / name
         if not path.exists():
-            raise FileNotFoundError(f"{path} not found: expected the cifar-10-batches-py folder.")
-        batch = _load_cifar_batch(path)
-        images.append(np.asarray(batch[b"data"], dtype=np.uint8))
-        labels.append(np.asarray(batch[b"labels"], dtype=np.int64))
-    X = np.concatenate(images).reshape(-1, 3, 32, 32).astype(np.float32) / 255.0
-    return X, np.concatenate(labels)
+            if _holds_python_version(folder):
+                raise FileNotFoundError(f"{path} not found: {folder} holds CIFAR-10's python version, whose batches "
+                                        f"are pickles, which smoothsk never loads; use {_CIFAR_BINARY} instead.")
+            raise FileNotFoundError(f"{path} not found: expected {_CIFAR_BINARY}, or the folder holding it.")
+        batch_labels, batch_images = _read_cifar_batch(path)
+        images.append(batch_images)
+        labels.append(batch_labels)
+    X = np.concatenate(images).astype(np.float32) / 255.0
+    return X, np.concatenate(labels).astype(np.int64)

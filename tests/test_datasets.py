@@ -1,9 +1,12 @@
 """Data sets: the bundled digits, local MNIST / CIFAR-10 files and the synthetic heterogeneous-margin task."""
 
-import codecs
 import gzip
 import os
 import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,69 +60,175 @@ class TestMnist:
         with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
             load_mnist(tmp_path)
 
-    def test_bad_magic_number(self, tmp_path):
-        (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x01\x02\x03\x04")
+    @pytest.mark.parametrize("header", [b"\x01\x02\x03\x04", b"\x00\x00\x08", b""])
+    def test_bad_magic_number(self, tmp_path, header):
+        (tmp_path / "train-images-idx3-ubyte").write_bytes(header)
         write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([1]))
-        with pytest.raises(ValueError, match="not an unsigned-byte IDX file"):
+        with pytest.raises(ValueError, match="train-images-idx3-ubyte is not an unsigned-byte IDX file"):
+            load_mnist(tmp_path)
+
+    @pytest.mark.parametrize("change, match", [
+        (lambda data: data[:-1], r"declares 3x28x28 \(2352 bytes\) but 2351 follow"),
+        (lambda data: data + b"\x00", r"declares 3x28x28 \(2352 bytes\) but 2353 follow"),
+        (lambda data: data[:4] + (2**32 - 1).to_bytes(4, "big") * 3 + data[16:],
+         r"declares 4294967295x4294967295x4294967295 \(\d+ bytes\) but 2352 follow"),
+        (lambda data: data[:10], r"ends inside its header \(10 bytes; 3 dimensions need 16\)"),
+    ], ids=["short", "long", "huge", "truncated-header"])
+    def test_size_declared_in_header_must_match_the_data(self, tmp_path, change, match):
+        write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((3, 28, 28)))
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([1, 2, 3]))
+        path = tmp_path / "train-images-idx3-ubyte"
+        path.write_bytes(change(path.read_bytes()))
+        with pytest.raises(ValueError, match="train-images-idx3-ubyte " + match):
+            load_mnist(tmp_path)
+
+    @pytest.mark.parametrize("images_shape, labels_shape, match", [
+        ((3, 1, 28, 28), (3,), "train-images-idx3-ubyte has 4 dimensions; expected 3"),
+        ((3, 784), (3,), "train-images-idx3-ubyte has 2 dimensions; expected 3"),
+        ((3, 28, 28), (3, 1), "train-labels-idx1-ubyte has 2 dimensions; expected 1"),
+    ])
+    def test_dimension_count_is_checked(self, tmp_path, images_shape, labels_shape, match):
+        write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros(images_shape))
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(labels_shape))
+        with pytest.raises(ValueError, match=match):
             load_mnist(tmp_path)
 
 
-class TestCifar10:
-    def write_batch(self, path, n, label):
-        data = np.arange(n * 3072).reshape(n, 3072) % 256
-        with open(path, "wb") as f:
-            pickle.dump({b"data": data.astype(np.uint8), b"labels": [label] * n}, f)
-        return data
+class ForgedDtype:
+    """Pickles as a ``numpy.dtype`` whose one field holds objects, its flags forged to say the dtype pickles as bytes.
 
-    def test_reads_python_batches(self, tmp_path):
+    With ``NPY_LIST_PICKLE`` cleared, ``ndarray.__setstate__`` copies the
+    state's bytes into the array, where they are then taken as object pointers.
+    """
+
+    def __reduce__(self):
+        object_flags = np.dtype([("a", "O")]).__reduce__()[2][-1]
+        state = (3, "|", None, ("a",), {"a": (np.dtype("O"), 0)}, 8, 1, object_flags & ~2)  # NPY_LIST_PICKLE
+        return np.dtype, ("V8", False, True), state
+
+
+class ForgedArray:
+    """Pickles as numpy's ``_reconstruct`` of an array of ForgedDtype whose raw bytes become object pointers."""
+
+    def __reduce__(self):
+        reconstruct = np.zeros(1).__reduce_ex__(2)[0]
+        pointers = (0x4141414141414141).to_bytes(8, "little") * 4
+        return reconstruct, (np.ndarray, (0,), b"b"), (1, (4,), ForgedDtype(), False, pointers)
+
+
+# The attack on a loader that unpickles CIFAR-10's python batches while allowing numpy's reconstruct:
+# only numpy.dtype, numpy.ndarray and _reconstruct are named, yet the array's state is read as pointers.
+FORGED_BATCH = pickle.dumps({b"data": ForgedArray(), b"labels": [0] * 4}, protocol=2)
+
+LOAD_IN_A_CHILD = """
+import sys
+from pathlib import Path
+from smoothsk.datasets import load_cifar10
+for folder in sys.argv[1:]:
+    print(Path(folder).name, end=": ", flush=True)
+    try:
+        X, y = load_cifar10(folder, train=Path(folder).name.startswith("train"))
+    except (OSError, ValueError) as error:
+        print("refused:", error, flush=True)
+    else:
+        print("loaded", X.shape, flush=True)
+"""
+
+
+def write_cifar_binary(folder, name, labels, pixels=None):
+    """One batch file of CIFAR-10's binary version: per record a label byte, then 3,072 pixel bytes."""
+    labels = np.asarray(labels, dtype=np.uint8)
+    if pixels is None:
+        pixels = (np.arange(len(labels) * 3072) % 251).reshape(len(labels), 3072)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(np.column_stack([labels, pixels]).astype(np.uint8).tobytes())
+    return pixels
+
+
+class TestCifar10:
+    def test_reads_binary_batches(self, tmp_path):
         for i in range(1, 6):
-            self.write_batch(tmp_path / f"data_batch_{i}", 2, i)
-        data = self.write_batch(tmp_path / "test_batch", 3, 9)
+            write_cifar_binary(tmp_path, f"data_batch_{i}.bin", [i, i + 4])
+        pixels = write_cifar_binary(tmp_path, "test_batch.bin", [9, 0, 3])
         X, y = load_cifar10(tmp_path)
-        assert X.shape == (10, 3, 32, 32) and X.dtype == np.float32 and y.tolist() == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+        assert X.shape == (10, 3, 32, 32) and X.dtype == np.float32 and y.dtype == np.int64
+        assert y.tolist() == [1, 5, 2, 6, 3, 7, 4, 8, 5, 9]
         X_test, y_test = load_cifar10(tmp_path, train=False)
-        np.testing.assert_allclose(X_test.reshape(3, 3072) * 255, data, atol=1e-3)
-        assert y_test.tolist() == [9, 9, 9]
+        assert y_test.tolist() == [9, 0, 3] and X_test.min() >= 0.0 and X_test.max() <= 1.0
+        np.testing.assert_allclose(X_test.reshape(3, 3072) * 255, pixels, atol=1e-4)
+
+    def test_pixel_layout_is_red_green_blue_planes_row_major(self, tmp_path):
+        pixels = np.concatenate([np.full(1024, 10), np.full(1024, 20), np.full(1024, 30)])
+        pixels[5 * 32 + 7] = 200  # red, row 5, column 7
+        write_cifar_binary(tmp_path, "test_batch.bin", [4], pixels[None])
+        X, _ = load_cifar10(tmp_path, train=False)
+        np.testing.assert_allclose(X[0, :, 0, 0] * 255, [10, 20, 30], atol=1e-4)
+        assert X[0, 0, 5, 7] * 255 == pytest.approx(200) and X[0, 0, 7, 5] * 255 == pytest.approx(10)
+
+    def test_accepts_the_folder_holding_cifar_10_batches_bin(self, tmp_path):
+        write_cifar_binary(tmp_path / "cifar-10-batches-bin", "test_batch.bin", [2, 7])
+        assert load_cifar10(tmp_path, train=False)[1].tolist() == [2, 7]
 
     def test_missing_batch(self, tmp_path):
-        with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
+        with pytest.raises(FileNotFoundError, match="data_batch_1.bin not found.*cifar-10-batches-bin"):
             load_cifar10(tmp_path)
 
-    def test_reads_batch_in_cifar_format(self, tmp_path):
-        # As the published batches: a dict with bytes keys of a uint8 array, lists of labels and of
-        # file names, and a label, pickled with protocol 2 (bytes then go through _codecs.encode).
-        data = (np.arange(2 * 3072) % 256).astype(np.uint8).reshape(2, 3072)
-        batch = {b"batch_label": b"testing batch 1 of 1", b"labels": [3, 8], b"data": data,
-                 b"filenames": [b"cat_1.png", b"ship_2.png"]}
-        with open(tmp_path / "test_batch", "wb") as f:
-            pickle.dump(batch, f, protocol=2)
+    @pytest.mark.parametrize("size", [0, 3072, 3074, 2 * 3073 + 1])
+    def test_refuses_a_size_that_is_not_whole_records(self, tmp_path, size):
+        (tmp_path / "test_batch.bin").write_bytes(bytes(size))
+        with pytest.raises(ValueError, match=f"test_batch.bin holds {size} bytes; expected 1 to 10,000 records"):
+            load_cifar10(tmp_path, train=False)
+
+    def test_accepts_the_official_10000_records(self, tmp_path):
+        with open(tmp_path / "test_batch.bin", "wb") as f:
+            f.truncate(10_000 * 3073)
         X, y = load_cifar10(tmp_path, train=False)
-        np.testing.assert_allclose(X.reshape(2, 3072) * 255, data, atol=1e-3)
-        assert y.tolist() == [3, 8]
+        assert X.shape == (10_000, 3, 32, 32) and not y.any()
 
-    def test_refuses_batch_that_would_run_code(self, tmp_path):
-        marker = tmp_path / "code_ran"
-
-        class Payload:
-            def __reduce__(self):
-                return os.mkdir, (str(marker),)
-
-        with open(tmp_path / "test_batch", "wb") as f:
-            pickle.dump({b"data": Payload(), b"labels": [0]}, f, protocol=2)
-        with pytest.raises(pickle.UnpicklingError, match=r"test_batch.*\.mkdir.*refused"):
+    def test_refuses_more_records_than_a_batch_before_reading_them(self, tmp_path):
+        # A sparse file of 10^6 records (3 GB): refused from its size, before anything is read or allocated.
+        with open(tmp_path / "test_batch.bin", "wb") as f:
+            f.truncate(10**6 * 3073)
+        with pytest.raises(ValueError, match="test_batch.bin holds 3073000000 bytes; expected 1 to 10,000 records"):
             load_cifar10(tmp_path, train=False)
-        assert not marker.exists()
 
-    def test_refuses_other_codecs(self, tmp_path):
-        # _codecs.encode is allowed for the latin-1 bytes of protocol 2, not as a gateway to other codecs.
-        class Payload:
-            def __reduce__(self):
-                return codecs.encode, ("x", "rot_13")
-
-        with open(tmp_path / "test_batch", "wb") as f:
-            pickle.dump({b"data": Payload(), b"labels": [0]}, f, protocol=2)
-        with pytest.raises(pickle.UnpicklingError, match="test_batch.*latin1.*rot_13"):
+    def test_refuses_a_label_above_9(self, tmp_path):
+        write_cifar_binary(tmp_path, "test_batch.bin", [3, 9, 10, 200])
+        with pytest.raises(ValueError, match=r"test_batch.bin: label 10 at index 2; CIFAR-10's labels are 0 to 9"):
             load_cifar10(tmp_path, train=False)
+
+    @pytest.mark.parametrize("inside", ["", "cifar-10-batches-py"])
+    def test_refuses_the_python_version(self, tmp_path, inside):
+        folder = tmp_path / inside
+        folder.mkdir(exist_ok=True)
+        for name in ["batches.meta", "test_batch", *(f"data_batch_{i}" for i in range(1, 6))]:
+            (folder / name).write_bytes(pickle.dumps({b"labels": [0]}, protocol=2))
+        with pytest.raises(FileNotFoundError, match=r"data_batch_1.bin not found: .* CIFAR-10's python version, "
+                                                    r".*pickles.*binary version.*cifar-10-binary.tar.gz"):
+            load_cifar10(tmp_path)
+
+    def test_forged_dtype_pickle_is_refused_without_crashing(self, tmp_path):
+        # An allowed numpy.dtype state with an object field and forged flags made the restricted unpickler
+        # of the python batches read the file's bytes as object pointers: the process died of SIGSEGV. The
+        # files are loaded in a child process, so that a crash fails this test instead of the test run.
+        cases = {  # folder: file name, padded to a whole record, expected refusal
+            "train-py": ("data_batch_1", False, r"data_batch_1.bin not found: .*python version"),
+            "test-py": ("test_batch", False, r"test_batch.bin not found: .*python version"),
+            "test-bin": ("test_batch.bin", False, r"test_batch.bin holds \d+ bytes; expected 1 to 10,000 records"),
+            "test-bin-padded": ("test_batch.bin", True, r"test_batch.bin: label 128 at index 0"),  # 0x80: PROTO
+        }
+        for folder, (name, padded, _) in cases.items():
+            (tmp_path / folder).mkdir()
+            (tmp_path / folder / name).write_bytes(FORGED_BATCH + bytes(-len(FORGED_BATCH) % 3073 if padded else 0))
+        root = Path(__file__).resolve().parents[1]
+        result = subprocess.run([sys.executable, "-c", LOAD_IN_A_CHILD, *(str(tmp_path / f) for f in cases)],
+                                cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"the loader died (return code {result.returncode}): {result.stdout}"
+        lines = result.stdout.splitlines()
+        assert len(lines) == len(cases), result.stdout
+        for line, (folder, (_, _, match)) in zip(lines, cases.items()):
+            assert re.match(f"{folder}: refused: .*{match}", line), line
 
 
 class TestMakeHeterogeneousMargins:
