@@ -369,9 +369,9 @@ def _encode_params(estimator, named):
     left_out = [name for name, value in params.items() if not _is_file_parameter(name)
                 and (name not in defaults or value_digest(value) != value_digest(defaults[name]))]
     if left_out:
-        warnings.warn(f"{', '.join(sorted(left_out))} not saved: a model file sets only the parameters that cannot name "
-                      "code (callbacks, compile, criterion, iterators, datasets and torch_load_kwargs can); the "
-                      "loaded estimator has their defaults: set them again before training it further.",
+        warnings.warn(f"{', '.join(sorted(left_out))} not saved: a model file sets only the parameters that "
+                      "cannot name code (callbacks, compile, criterion, iterators, datasets and torch_load_kwargs "
+                      "can); the loaded estimator has their defaults: set them again before training it further.",
                       UserWarning, stacklevel=4)
     encoded = {}
     for name, value in params.items():

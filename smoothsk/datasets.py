@@ -110,27 +110,41 @@ def make_heterogeneous_margins(n_samples=2400, n_features=256, spacings=(1.0, 2.
     return X.astype(np.float32), y.astype(np.int64)
 
 
+#: The most a gzipped IDX file may inflate to, as a multiple of its size: MNIST's files inflate about 5x; a
+#: larger ratio is a decompression bomb, refused before it is inflated.
+MAX_GZIP_RATIO = 256
+
+
 def _read_idx(path, n_dims):
     """Read an IDX file (MNIST's format) of ``n_dims`` dimensions, gzipped or not, into an ndarray.
 
     The header's dimension count and sizes are checked against ``n_dims`` and
-    the bytes that follow it before the data is shaped.
+    against the file's size (a gzipped file: at most :data:`MAX_GZIP_RATIO`
+    times it) before the data is read; then exactly the declared bytes must follow.
     """
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
-        data = f.read()
-    if data[:3] != b"\x00\x00\x08" or len(data) < 4:
-        raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number {data[:4].hex()}).")
-    if data[3] != n_dims:
-        raise ValueError(f"{path} has {data[3]} dimensions; expected {n_dims}.")
-    offset = 4 + 4 * n_dims
-    if len(data) < offset:
-        raise ValueError(f"{path} ends inside its header ({len(data)} bytes; {n_dims} dimensions need {offset}).")
-    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(n_dims))
-    if math.prod(shape) != len(data) - offset:
-        raise ValueError(f"{path} declares {'x'.join(map(str, shape))} ({math.prod(shape)} bytes) "
-                         f"but {len(data) - offset} follow its header.")
-    return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(shape)
+        head = f.read(4)
+        if head[:3] != b"\x00\x00\x08" or len(head) < 4:
+            raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number {head.hex()}).")
+        if head[3] != n_dims:
+            raise ValueError(f"{path} has {head[3]} dimensions; expected {n_dims}.")
+        sizes = f.read(4 * n_dims)
+        if len(sizes) < 4 * n_dims:
+            raise ValueError(f"{path} ends inside its header ({4 + len(sizes)} bytes; {n_dims} dimensions need "
+                             f"{4 + 4 * n_dims}).")
+        shape = tuple(int.from_bytes(sizes[4 * i:4 * i + 4], "big") for i in range(n_dims))
+        declared, header = math.prod(shape), 4 + 4 * n_dims
+        described = f"{path} declares {'x'.join(map(str, shape))} ({declared} bytes)"
+        if opener is gzip.open and declared > MAX_GZIP_RATIO * path.stat().st_size:
+            raise ValueError(f"{described}, over {MAX_GZIP_RATIO} times the gzipped file's size: refused before "
+                             "inflating it (a decompression bomb?).")
+        if opener is open and declared != path.stat().st_size - header:
+            raise ValueError(f"{described} but {path.stat().st_size - header} follow its header.")
+        data = f.read(declared + 1)
+    if len(data) != declared:
+        raise ValueError(f"{described} but {'more' if len(data) > declared else len(data)} follow its header.")
+    return np.frombuffer(data, dtype=np.uint8).reshape(shape)
 
 
 def _find(folder, names):

@@ -82,6 +82,15 @@ class TestMnist:
         with pytest.raises(ValueError, match="train-images-idx3-ubyte " + match):
             load_mnist(tmp_path)
 
+    def test_a_gzip_bomb_is_refused_before_it_is_inflated(self, tmp_path):
+        """A 60 KB gzipped file declaring 60 MB of pixels (1000x its size) is refused from its header alone."""
+        header = b"\x00\x00\x08\x03" + b"".join(size.to_bytes(4, "big") for size in (76_531, 28, 28))
+        with gzip.open(tmp_path / "train-images-idx3-ubyte.gz", "wb") as f:
+            f.write(header + bytes(76_531 * 28 * 28))
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([1]))
+        with pytest.raises(ValueError, match=r"train-images-idx3-ubyte\.gz declares 76531x28x28 .*over 256 times"):
+            load_mnist(tmp_path)
+
     @pytest.mark.parametrize("images_shape, labels_shape, match", [
         ((3, 1, 28, 28), (3,), "train-images-idx3-ubyte has 4 dimensions; expected 3"),
         ((3, 784), (3,), "train-images-idx3-ubyte has 2 dimensions; expected 3"),
