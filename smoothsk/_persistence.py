@@ -13,16 +13,15 @@ which joblib uses). A saved estimator is one such file:
   see below);
 - header entry ``smoothsk``: a JSON document (keys sorted, no spaces) with
   the format version (:data:`FORMAT_VERSION`), the library version, the
-  estimator class, its parameters (``get_params(deep=False)``), ``classes_``
+  estimator class, the parameters a file may set (below), ``classes_``
   (values and numpy dtype), ``input_shape_``, the region store's scalar
-  attributes (a file without ``autocast``, the precision its regions were
-  certified in, was saved before stores recorded it: its regions are
-  refused until ``reset_regions()``), skorch's ``history``, the fitted
-  certified sigma function's class and parameters (``sigma_search_``, or
-  null), and a manifest of every tensor's dtype and shape;
-- header entry ``smoothsk_sha256``: the hex SHA-256 of the JSON document's
-  UTF-8 bytes followed by the raw bytes of each tensor (as stored) in sorted
-  name order.
+  attributes, skorch's ``history``, the fitted certified sigma function's
+  class and parameters (``sigma_search_``, or null), and a manifest of every
+  tensor's dtype and shape;
+- header entry ``smoothsk_sha256`` (an unkeyed file): the hex SHA-256 of the
+  JSON document's UTF-8 bytes followed by the raw bytes of each tensor (as
+  stored) in sorted name order; or ``smoothsk_hmac_sha256`` (a file saved with
+  ``key``): the HMAC-SHA256 of the same bytes under the key.
 
 One file, not a directory with weights and a JSON file beside them: it is
 copied, moved and written (through a temporary file and a rename, so a crash
@@ -30,6 +29,49 @@ never leaves half a model) as one unit, and one digest covers the tensors and
 the JSON together. Region centres go in as tensors, not JSON lists: they are
 (n_regions, n_features) float32, exact and compact that way, and checked by
 the digest like the weights.
+
+What loading guarantees, whoever wrote the file
+-----------------------------------------------
+- **No code runs.** Nothing is unpickled and nothing is imported by name.
+  The file sets only the parameters of :func:`_is_file_parameter`:
+  smoothsk's own (``alpha``, ``certify_batch_size``, ``device``, ``lr``,
+  ...: plain values), ``module`` and ``optimizer`` (classes), ``training``,
+  ``sigma_search``, ``sampler``, ``allocator`` (components) and
+  ``module__*``/``optimizer__*`` (None, bools, numbers, strings, and lists or
+  tuples of them). ``compile``, ``torch_load_kwargs``, ``callbacks``,
+  ``criterion``, the iterators, ``dataset``, ``train_split``,
+  ``predict_nonlinearity`` and ``use_caching`` can reach code (torch.compile's
+  C++ build takes its flags from ``compile__options``) and are refused by
+  name; saving leaves them out, with a warning where they are not at their
+  defaults. Classes come from an allow-list (smoothsk's public classes and
+  ``torch.optim``'s optimizers, plus those the caller passes), and components
+  are rebuilt by calling their class with the saved parameters, which only
+  stores them (scikit-learn's ``__init__`` contract). This follows the line
+  skops draws with its trusted types, with fewer types: only what a saved
+  estimator needs.
+- **No allocation the file's size does not justify.** Tensors are read
+  within the file (safetensors checks every offset). The module (and a
+  certified sigma function's selector) is built first on torch's ``meta``
+  device under an allocation budget derived from the file's tensors of it
+  (:mod:`smoothsk._module_state`: its size plus 64 MiB, and bounded counts of
+  tensors and submodules, enforced at each registration), its ``state_dict``
+  compared with them, and only then built for real. The JSON nests at most
+  :data:`MAX_NESTING` deep; ``classes_``'s string dtype is at most as wide as
+  its longest label or 256 characters; ``input_shape_`` has at most
+  :data:`MAX_INPUT_FEATURES` features; ``certify_batch_size`` batches at most
+  :data:`MAX_BATCH_BYTES` of noisy inputs; sample sizes are at most
+  :data:`~smoothsk._constraints.MAX_SAMPLE_SIZE` (every component is
+  validated at load).
+- **One clear error.** Anything else is refused with one ValueError naming
+  the file and the parameter or entry.
+- **What a digest means.** An unkeyed file's SHA-256 catches corruption and
+  naive edits, not a forger, who can recompute it: whether its weights deserve
+  trust is the user's call. A file saved with ``key`` loads only with that key
+  (HMAC-SHA256, compared in constant time, checked before the document is
+  parsed): it was written by a holder of the key and not changed since. A
+  keyed file is refused without the key, and an unkeyed file is refused when
+  a key is given, so a key-holding reader never accepts a file anyone could
+  have written.
 
 What loading gives is what was saved
 ------------------------------------
@@ -47,10 +89,9 @@ versions of that moment: the file holds no code, so loading with edited
 module code, or a module instance passed to ``load`` (which saving can
 only compare with a copy of itself), is the loader's responsibility.
 
-Format versions
----------------
-Version 2 (:data:`FORMAT_VERSION`) added ``sigma_search_``: the fitted
-certified sigma function
+Certified sigma functions
+-------------------------
+``sigma_search_`` is the fitted certified sigma function
 (:class:`~smoothsk.sigma.BaseCertifiedSigma`) that certificates of ``G``
 need, e.g. the trained selector module of
 :class:`~smoothsk.sigma.CertifiedSigmaSelector` or the training inputs of
@@ -59,44 +100,31 @@ saves it when it provides ``fitted_arrays()`` (its state as named tensors)
 and ``restore_fitted(estimator, arrays, source)`` (which checks them and
 rebuilds what derives from them: a module from the saved parameters, a
 neighbour index); saving refuses any other fitted sigma function rather
-than write a file whose loaded estimator could not certify. Version 1 is
-version 2 without ``sigma_search_``; both are read (:data:`READ_VERSIONS`),
-any other version is refused.
+than write a file whose loaded estimator could not certify. One format
+version is read, :data:`FORMAT_VERSION`; smoothsk has released no other.
 
 Parameters in JSON
 ------------------
 A parameter value is saved as itself when it is None, a bool, a number, a
 string or a list; a tuple as ``{"tuple": [...]}``, a dict with string keys as
-``{"dict": {...}}``, a class as ``{"type": "dotted.Name"}``, and a
-scikit-learn-style component (an object with ``get_params``) as
-``{"class": "dotted.Name", "params": {...}}`` (recursively). Anything else (a
-function, a ``RandomState``, an array) is refused when saving, naming the
-parameter. A module *instance* (``module=MyNet(...)``) is recorded by its
-class only, and must be passed again to :func:`load_estimator`.
-
-Classes are never imported from a name in the file. A name is looked up in an
-allow-list: smoothsk's public classes, the losses of ``torch.nn``, the
-optimizers of ``torch.optim``, ``torch.utils.data.DataLoader`` and skorch's
-``Dataset``, plus classes the caller passes explicitly. Components are then
-rebuilt by calling their class with the saved parameters, which only stores
-them (scikit-learn's ``__init__`` contract).
+``{"dict": {...}}`` (inside components only), a class as
+``{"type": "dotted.Name"}``, and a scikit-learn-style component (an object
+with ``get_params``) as ``{"class": "dotted.Name", "params": {...}}``
+(recursively). Anything else (a function, a ``RandomState``, an array) is
+refused when saving, naming the parameter. A module *instance*
+(``module=MyNet(...)``) is recorded by its class only, and must be passed
+again to :func:`load_estimator`.
 
 Not saved
 ---------
 - The optimizer's state (momentum buffers, Adam moments): a saved model is for
   inference; ``partial_fit`` after loading continues from the saved weights
   with a fresh optimizer.
-- ``callbacks``: skorch callbacks are objects that hold functions (``print``
-  as a sink, scoring callables), which a format without code cannot carry. The
-  loaded estimator has ``callbacks=None``; set them again with ``set_params``
-  before training further. Saving warns when callbacks are set.
+- The parameters a file may not set (above): ``callbacks`` hold functions,
+  the others can name code. The loaded estimator has their defaults; set them
+  again with ``set_params`` before training further.
 - The fitted copy of the training schedule (``training_``) and its stage:
   every ``fit``/``partial_fit`` sets them again (the stage from the history).
-
-The digest detects accidental corruption and naive edits. It is not a
-signature: there is no secret key, so whoever edits a file can recompute it.
-Loading is safe against code execution whatever the file holds; whether its
-weights and parameters deserve trust is the user's call.
 """
 
 import copy
