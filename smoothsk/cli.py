@@ -22,6 +22,10 @@ from ._presets import MODULES, PRESETS, preset_params
 from .allocator import keep_freed_memory
 from .sampling import FixedSampler
 
+#: ``smoothsk certify --out -``: the CSV goes to standard output (and the command's messages to standard error).
+STDOUT = "-"
+
+
 def run_demo_command(args):
     """``smoothsk demo``: the comparison table, its notes and pictures (:func:`smoothsk._demo.run_demo`)."""
     run_demo(args)
@@ -165,21 +169,30 @@ def run_fit(args):
 
 
 def write_certificates(path, columns, rows):
-    """Write the certificates' CSV atomically (:func:`smoothsk._atomic.atomic_file`).
+    """Write the certificates' CSV atomically (:func:`smoothsk._atomic.atomic_file`), or stream it to stdout.
 
     Parameters
     ----------
     path : str
-        The CSV to write; never left half-written.
+        The CSV to write, never left half-written; :data:`STDOUT` (``-``)
+        streams it to standard output instead, row by row (a failure there
+        leaves the rows written so far).
     columns : list of str
         The header.
     rows : iterable of list
         One row per input.
     """
-    with atomic_file(path, "w", newline="") as file:
+    def write(file):
         writer = csv.writer(file)
         writer.writerow(columns)
         writer.writerows(rows)
+
+    if path == STDOUT:
+        write(sys.stdout)
+        sys.stdout.flush()  # any failure to write shows before the checkpoint is removed
+        return
+    with atomic_file(path, "w", newline="") as file:
+        write(file)
 
 
 def load_model(path):
@@ -219,11 +232,14 @@ def run_certify(args):
     allocator's certificates are about its region classifier, whose regions
     this run extends (without it, a warning says they are not saved).
     """
+    to_stdout = args.out == STDOUT
+    report = sys.stderr if to_stdout else sys.stdout  # standard output carries the CSV alone
     # --save-model may replace the model file (saving is atomic); no other two may coincide.
-    check_distinct([("the model", args.model), ("the data", args.data), ("--out", args.out),
+    check_distinct([("the model", args.model), ("the data", args.data), ("--out", None if to_stdout else args.out),
                     ("--save-model", args.save_model), ("--checkpoint", args.checkpoint)],
                    may_coincide=(("the model", "--save-model"),))
-    check_output(args.out)
+    if not to_stdout:
+        check_output(args.out)
     if args.save_model is not None:
         check_output(args.save_model, "--save-model")
     if args.checkpoint is not None:
@@ -261,10 +277,11 @@ def run_certify(args):
         [index, prediction[index], repr(float(radius[index])), repr(float(details.sigma[index])),
          int(details.n_samples[index]), guarantee] + ([y[index]] if y is not None else [])
         for index in range(len(X))))
-    print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) saved to {args.out}")
+    print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) "
+          f"{'written to standard output' if to_stdout else f'saved to {args.out}'}", file=report)
     if args.save_model is not None:
         clf.set_params(**unchanged).save(args.save_model)
-        print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}")
+        print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}", file=report)
     if args.checkpoint is not None:  # only now: the results are on disk
         Path(args.checkpoint).unlink(missing_ok=True)
     return 0
@@ -318,7 +335,8 @@ def build_parser():
     cert.add_argument("model", help="model file written by 'smoothsk fit' (or SampleWiseSmoothedClassifier.save)")
     cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV)")
     cert.add_argument("--out", required=True, help="CSV to write: index, prediction, radius, sigma, n_samples, "
-                                                   "guarantee (and y)")
+                                                   "guarantee (and y); '-' streams it to standard output (the "
+                                                   "command's messages go to standard error)")
     cert.add_argument("--n", type=int, help="certification samples per input: the parameter n of the model's "
                                             "sampler (a FixedSampler's; default: the model's)")
     cert.add_argument("--n0", type=int, help="selection samples per input: the parameter n0 of the model's sampler "

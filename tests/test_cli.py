@@ -112,6 +112,18 @@ class TestFitCertify:
         assert main(["certify", str(model), str(data), "--out", str(out), *common]) == 0
         assert out.read_text() == plain.read_text() and not checkpoint.exists()
 
+    def test_out_dash_streams_the_csv_to_standard_output(self, npz_data, tmp_path, capsys, monkeypatch):
+        _, _, data, model = npz_data
+        monkeypatch.chdir(tmp_path)  # where a file named "-" would land
+        common = [str(model), str(data), "--n", "40", "--n0", "10"]
+        assert main(["certify", *common, "--out", "c.csv"]) == 0
+        capsys.readouterr()
+        assert main(["certify", *common, "--out", "-"]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == (tmp_path / "c.csv").read_bytes().decode()  # the CSV alone, byte for byte
+        assert "certificates" in captured.err and "standard output" in captured.err
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["c.csv"]
+
 
 class TestSampleSizes:
     """``--n`` / ``--n0`` set those parameters of the model's own sampler, and are refused where it has none."""
