@@ -87,10 +87,13 @@ def check_chunk_size(checkpoint_every):
 
 
 def check_path(checkpoint):
-    """Validate the ``checkpoint`` argument; returns it as a Path.
+    """Validate the ``checkpoint`` argument; returns the file it names, symbolic links resolved.
 
     The file is written in its folder (a temporary file, then a rename), so
     the folder must exist and be writable: checked here, before any sampling.
+    The run reads, writes and finally removes the returned path: a symbolic
+    link (dangling or not) is resolved once, here, so the file removed at the
+    end is the one the chunks were written to (the link is left as it is).
 
     Parameters
     ----------
@@ -99,14 +102,14 @@ def check_path(checkpoint):
     Returns
     -------
     Path
+        Absolute, with every symbolic link resolved.
     """
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise TypeError(f"checkpoint must be a file path (str or os.PathLike), got {checkpoint!r}.")
-    path = Path(checkpoint)
-    reason = unwritable_reason(path)
+    reason = unwritable_reason(checkpoint)
     if reason is not None:
-        raise ValueError(f"checkpoint {str(path)!r} cannot be written: {reason}.")
-    return path
+        raise ValueError(f"checkpoint {str(checkpoint)!r} cannot be written: {reason}.")
+    return Path(checkpoint).resolve()
 
 
 def _hash_arrays(named_arrays):
@@ -269,7 +272,8 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     n_inputs : int
         Number of inputs of the run.
     path : Path
-        The checkpoint file (removed when the run completes, unless ``keep``).
+        The checkpoint file as :func:`check_path` returns it (links
+        resolved), removed when the run completes unless ``keep``.
     every : int
         Inputs per chunk (validated by :func:`check_chunk_size`).
     parts : dict of str to str

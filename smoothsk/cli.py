@@ -242,8 +242,7 @@ def run_certify(args):
         check_output(args.out)
     if args.save_model is not None:
         check_output(args.save_model, "--save-model")
-    if args.checkpoint is not None:
-        check_path(args.checkpoint)
+    checkpoint = None if args.checkpoint is None else check_path(args.checkpoint)  # links resolved, once
     clf = load_model(args.model)
     unchanged = {"n_jobs": clf.n_jobs, "verbose": clf.verbose}  # --save-model keeps the model's own
     sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
@@ -269,8 +268,7 @@ def run_certify(args):
               f"they are not saved ({args.model} is not changed). Pass --save-model PATH to write the model "
               f"with them.", file=sys.stderr)
     # The checkpoint is kept until the CSV is on disk: a failure to write it loses no certificate.
-    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=args.checkpoint,
-                                              keep_checkpoint=True)
+    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=checkpoint, keep_checkpoint=True)
     guarantee = details.guarantee
     columns = ["index", "prediction", "radius", "sigma", "n_samples", "guarantee"] + (["y"] if y is not None else [])
     write_certificates(args.out, columns, (
@@ -282,8 +280,8 @@ def run_certify(args):
     if args.save_model is not None:
         clf.set_params(**unchanged).save(args.save_model)
         print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}", file=report)
-    if args.checkpoint is not None:  # only now: the results are on disk
-        Path(args.checkpoint).unlink(missing_ok=True)
+    if checkpoint is not None:  # only now: the results are on disk
+        checkpoint.unlink(missing_ok=True)
     return 0
 
 

@@ -343,6 +343,18 @@ class TestFileSafety:
         assert header["chunks_done"] == 1 and isinstance(header["root_seed"], int)
         assert {"inputs", "parameters", "weights", "version"} <= set(header["parts"])
 
+    @pytest.mark.parametrize("interrupted", [False, True], ids=["dangling link", "link to an interrupted run"])
+    def test_a_symbolic_link_leaves_no_checkpoint_behind(self, make_clf, tmp_path, interrupted):
+        # The regression: chunks were written to the link's target, and the end removed the link alone.
+        clf, X = make_clf(), inputs()
+        target, link = tmp_path / "target.ckpt", tmp_path / "link.ckpt"
+        link.symlink_to(target)
+        if interrupted:
+            interrupt(clf, X, target)
+        clf.certify(X, checkpoint=link, checkpoint_every=10)
+        assert InterruptingSampler.calls == ([10, 5] if interrupted else [10, 10, 5])
+        assert not target.exists()
+
     @pytest.mark.parametrize("every", [0, -1, 2.5, "10", True])
     def test_bad_chunk_size_is_refused_before_touching_the_file(self, make_clf, tmp_path, every):
         clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"

@@ -92,6 +92,14 @@ class TestFitCertify:
         assert plain.read_text() == resumed.read_text()
         assert not (tmp_path / "run.ckpt").exists()  # removed once the CSV is written
 
+    def test_a_checkpoint_link_leaves_no_checkpoint_behind(self, npz_data, tmp_path):
+        _, _, data, model = npz_data
+        target, link = tmp_path / "target.ckpt", tmp_path / "link.ckpt"
+        link.symlink_to(target)
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), "--n", "40", "--n0", "10",
+                     "--checkpoint", str(link)]) == 0
+        assert not target.exists()
+
     def test_checkpoint_survives_a_failure_to_write_the_csv(self, npz_data, tmp_path, monkeypatch, capsys):
         _, _, data, model = npz_data
         plain, out, checkpoint = tmp_path / "plain.csv", tmp_path / "c.csv", tmp_path / "run.ckpt"
