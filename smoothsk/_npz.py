@@ -24,6 +24,7 @@ the caller names the file.
 import lzma
 import math
 import os
+import reprlib
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -186,7 +187,7 @@ class NpzArchive:
         try:
             info = self._zip.getinfo(name + ".npy")
         except KeyError:
-            raise ValueError(f"no array {name!r} (the file has {self.names})") from None
+            raise ValueError(f"no array {name!r} (the file has {reprlib.repr(self.names)})") from None
         if max_bytes is not None and info.file_size > max_bytes + _NPY_PREAMBLE_BYTES + MAX_NPY_HEADER_BYTES:
             raise ValueError(f"array {name!r} takes {info.file_size} bytes by the zip directory, more than an array "
                              f"of {max_bytes} bytes may take")
