@@ -7,8 +7,8 @@ writing Python.
 
 import argparse
 import csv
+import reprlib
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ from . import SampleWiseSmoothedClassifier
 from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
+from ._npz import NpzArchive
 from ._presets import MODULES, PRESETS, preset_params
 from .allocator import keep_freed_memory
 from .sampling import FixedSampler
@@ -37,7 +38,12 @@ class InputFileError(ValueError):
 
 
 def read_npz(path, require_y):
-    """Read and check the arrays ``X`` and ``y`` of an ``.npz`` file, refusing pickled objects.
+    """Read and check the arrays ``X`` and ``y`` of an ``.npz`` file, which may be hostile.
+
+    The file is read by :class:`smoothsk._npz.NpzArchive`: each array's
+    sizes are checked in the zip directory and its ``.npy`` header before
+    any of it is read or allocated (no zip bombs, no headers declaring more
+    than the file holds, no pickles).
 
     Parameters
     ----------
@@ -58,31 +64,27 @@ def read_npz(path, require_y):
     ------
     InputFileError
         Naming ``path`` and what is wrong: not a readable ``.npz`` archive,
-        object arrays (pickles are never loaded), ``X`` or ``y`` missing,
-        of the wrong dtype or shape, non-finite inputs, or lengths that differ.
+        an array it refuses to read (see :mod:`smoothsk._npz`), ``X`` or
+        ``y`` missing, of the wrong dtype or shape, inputs that are not
+        finite as float32, or lengths that differ.
     """
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise InputFileError(f"{path}: not a readable .npz file ({exc}).") from exc
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise InputFileError(f"{path}: a single .npy array, not an .npz archive of arrays 'X' and 'y' "
-                             f"(write it with np.savez(path, X=X, y=y)).")
+        archive = NpzArchive(path)
+    except ValueError as exc:
+        message = f"{path}: not a readable .npz file ({exc}); write it with np.savez(path, X=X, y=y)."
+        raise InputFileError(message) from exc
     with archive:
         arrays = {}
         for name in ("X", "y"):
-            if name not in archive.files:
+            if name not in archive.names:
                 if name == "X" or require_y:
-                    raise InputFileError(f"{path}: no array {name!r} (the file has {archive.files}); write it with "
-                                         f"np.savez(path, X=X, y=y).")
+                    raise InputFileError(f"{path}: no array {name!r} (the file has {reprlib.repr(archive.names)}); "
+                                         f"write it with np.savez(path, X=X, y=y).")
                 continue
             try:
-                arrays[name] = archive[name]
-            except ValueError as exc:  # object dtype: numpy refuses to unpickle with allow_pickle=False
-                raise InputFileError(f"{path}: array {name!r} holds Python objects (a pickle), which smoothsk "
-                                     f"never loads; save numeric arrays ({exc}).") from exc
-            except (OSError, zipfile.BadZipFile, EOFError) as exc:
-                raise InputFileError(f"{path}: array {name!r} cannot be read ({exc}).") from exc
+                arrays[name] = archive.read(name)
+            except ValueError as exc:
+                raise InputFileError(f"{path}: {exc}.") from exc
     X, y = arrays["X"], arrays.get("y")
     if X.dtype.kind != "f":
         raise InputFileError(f"{path}: X must be a float array of inputs; got dtype {X.dtype} "
@@ -90,15 +92,18 @@ def read_npz(path, require_y):
     if X.ndim < 2 or len(X) == 0:
         raise InputFileError(f"{path}: X must have shape (n_inputs, *input_shape) with n_inputs >= 1; "
                              f"got shape {X.shape}.")
+    with np.errstate(over="ignore"):  # values beyond float32's range become infinite, and are refused
+        X = X.astype(np.float32, copy=False)
     if not np.all(np.isfinite(X)):
-        raise InputFileError(f"{path}: X holds NaN or infinite values.")
+        raise InputFileError(f"{path}: X holds NaN or infinite values as float32, the precision smoothsk computes "
+                             f"in (finite values must lie within +-3.4e38).")
     if y is not None:
         if y.ndim != 1 or y.dtype.kind not in "biuU":
             raise InputFileError(f"{path}: y must be a 1-d array of integer, boolean or string labels; got dtype "
                                  f"{y.dtype} and shape {y.shape}.")
         if len(y) != len(X):
             raise InputFileError(f"{path}: X has {len(X)} inputs but y has {len(y)} labels.")
-    return X.astype(np.float32, copy=False), y
+    return X, y
 
 
 def check_output(path, option="--out"):
@@ -289,7 +294,11 @@ def build_parser():
     """The argument parser of the ``smoothsk`` command."""
     parser = argparse.ArgumentParser(prog="smoothsk", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="train every method, certify the test split, compare (table, pictures)")
+    common = argparse.ArgumentParser(add_help=False)  # the options of every command
+    common.add_argument("--debug", action="store_true",
+                        help="on an error, show Python's traceback instead of the one-line message")
+    demo = commands.add_parser("demo", parents=[common],
+                               help="train every method, certify the test split, compare (table, pictures)")
     demo.add_argument("--data", choices=("digits", "synthetic"), default="digits",
                       help="bundled digits, or the 256-dimensional heterogeneous-margin mixture")
     demo.add_argument("--methods", default="all",
@@ -313,7 +322,8 @@ def build_parser():
                       help="folder for results.md, results.csv and the pictures (default smoothsk-demo)")
     demo.add_argument("-v", "--verbose", action="store_true", help="print skorch's epoch tables")
 
-    fit = commands.add_parser("fit", help="train a smoothed classifier on an .npz (arrays X, y), save a model file")
+    fit = commands.add_parser("fit", parents=[common],
+                              help="train a smoothed classifier on an .npz (arrays X, y), save a model file")
     fit.add_argument("data", help=".npz file with float inputs X (n, *input_shape) and labels y (n,)")
     fit.add_argument("--out", required=True, help="model file to write (safetensors; load it with certify)")
     fit.add_argument("--preset", choices=tuple(PRESETS), default="cohen-0.25",
@@ -329,7 +339,8 @@ def build_parser():
     fit.add_argument("--alpha", type=float, default=0.001, help="failure probability per certificate")
     fit.add_argument("-v", "--verbose", action="store_true", help="print skorch's epoch table")
 
-    cert = commands.add_parser("certify", help="certify every input of an .npz with a model file, write a CSV")
+    cert = commands.add_parser("certify", parents=[common],
+                               help="certify every input of an .npz with a model file, write a CSV")
     cert.add_argument("model", help="model file written by 'smoothsk fit' (or SampleWiseSmoothedClassifier.save)")
     cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV)")
     cert.add_argument("--out", required=True, help="CSV to write: index, prediction, radius, sigma, n_samples, "
@@ -351,12 +362,21 @@ def build_parser():
 
 
 def main(argv=None):
-    """Entry point of the ``smoothsk`` console script."""
+    """Entry point of the ``smoothsk`` console script.
+
+    A bad file or setting (a ``ValueError`` or ``OSError``; the readers turn
+    whatever a hostile file makes go wrong into one, naming the file) ends
+    the command with one line on standard error, ``smoothsk <command>:
+    error: ...``, and exit status 2; with ``--debug`` it is raised, with its
+    traceback.
+    """
     args = build_parser().parse_args(argv)
     run = {"demo": run_demo_command, "fit": run_fit, "certify": run_certify}[args.command]
     try:
         return run(args)
-    except (ValueError, OSError) as exc:  # bad files and settings: one line, no traceback
+    except (ValueError, OSError) as exc:  # bad files and settings: one line, no traceback (unless --debug)
+        if args.debug:
+            raise
         message = " ".join(str(exc).split())
         print(f"smoothsk {args.command}: error: {message}", file=sys.stderr)
         return 2

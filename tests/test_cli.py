@@ -4,6 +4,7 @@
 import numpy as np
 import pytest
 from conftest import forbid
+from npz_support import npy_bytes, write_npz
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.cli import build_parser, main
@@ -200,15 +201,28 @@ def bad_npz(tmp_path, kind):
     if kind == "object":
         np.savez(path, X=np.array([X[0], "text", None], dtype=object), y=y[:3])
         return path, "Python objects"
+    if kind == "bomb":  # 16 MiB of zeros in about 16 KiB
+        np.savez_compressed(path, X=np.zeros((1 << 20, 4), dtype=np.float32), y=np.zeros(1 << 20, dtype=int))
+        return path, "array 'X' inflates from"
+    if kind == "claims-rows":  # a 200-byte file whose header declares 10**13 rows
+        write_npz(path, {"X": npy_bytes(X[:1], shape=(10 ** 13, 4)), "y": y})
+        return path, "array 'X' declares 160000000000000 bytes"
+    if kind == "encrypted":
+        write_npz(path, {"X": X, "y": y}, encrypted=("X",))
+        return path, "array 'X' cannot be read"
+    if kind == "float32-overflow":  # finite in float64, infinite as the float32 smoothsk computes in
+        np.savez(path, X=np.where(X == 0, 1e300, X.astype(np.float64)), y=y)
+        return path, "infinite"
     raise AssertionError(kind)
 
 
 class TestBadFiles:
     @pytest.mark.parametrize("kind", ["missing-X", "int-X", "lengths", "float-y", "nan", "not-a-zip", "npy",
-                                      "object"])
-    def test_fit_refuses_a_bad_npz_in_one_line_naming_the_file(self, kind, tmp_path, capsys):
+                                      "object", "bomb", "claims-rows", "encrypted", "float32-overflow"])
+    def test_fit_refuses_a_bad_npz_in_one_line_naming_the_file(self, kind, tmp_path, capsys, monkeypatch):
         path, words = bad_npz(tmp_path, kind)
         out = tmp_path / "model.safetensors"
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained on a file it should have refused")
         assert main(["fit", str(path), "--out", str(out), "--epochs", "1"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"smoothsk fit: error: {path}: ")
@@ -226,6 +240,26 @@ class TestBadFiles:
         assert main(["certify", str(model), str(wrong), "--out", str(out)]) == 2
         assert "inputs of shape (8,), but the model" in capsys.readouterr().err
         assert not out.exists()
+
+    def test_certify_refuses_a_hostile_checkpoint_in_one_line(self, npz_data, tmp_path, capsys, monkeypatch):
+        # The regression: a deeply nested JSON header was a RecursionError traceback.
+        _, _, data, model = npz_data
+        checkpoint = tmp_path / "run.ckpt"
+        write_npz(checkpoint, {"header": np.frombuffer(b"[" * 100_000, dtype=np.uint8)})
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "_certify_rows", "certified despite the checkpoint")
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
+                     "--checkpoint", str(checkpoint)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"smoothsk certify: error: {checkpoint} is not a smoothsk")
+        assert checkpoint.exists()
+
+    @pytest.mark.parametrize("where", ["fit", "certify"])
+    def test_debug_shows_the_error_s_traceback(self, npz_data, tmp_path, where):
+        _, _, _, model = npz_data
+        path, words = bad_npz(tmp_path, "claims-rows")
+        inputs = [str(path)] if where == "fit" else [str(model), str(path)]
+        with pytest.raises(ValueError, match=words):
+            main([where, "--debug", *inputs, "--out", str(tmp_path / "out")])
 
     def test_certify_refuses_a_tampered_model_file(self, npz_data, tmp_path, capsys):
         _, _, data, model = npz_data
