@@ -1,5 +1,7 @@
 """The smoothsk command line."""
 
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -280,16 +282,19 @@ class TestBadFiles:
         assert str(missing) in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("where", ["directory", "missing folder"])
+@pytest.mark.parametrize("where", ["directory", "missing folder", "device"])
 @pytest.mark.parametrize("command", ["fit", "certify"])
 def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(command, where, npz_data, tmp_path,
                                                                           capsys, monkeypatch):
+    # A device (/dev/stdout on a terminal, /dev/null) used to pass the check and fail only after the work.
     _, _, data, model = npz_data
 
     forbid(monkeypatch, SampleWiseSmoothedClassifier, command, "trained or certified before checking --out")
     if where == "directory":
         out = tmp_path / "results"
         out.mkdir()
+    elif where == "device":
+        out = Path(os.devnull)
     else:
         out = tmp_path / "no-such-folder" / "out"
     inputs = [str(data)] if command == "fit" else [str(model), str(data)]
@@ -297,6 +302,8 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(comman
     err = capsys.readouterr().err
     if where == "directory":
         assert "--out" in err and str(out) in err and "is a directory" in err
+    elif where == "device":
+        assert f"--out {out}: cannot write it: it is not a regular file" in err
     else:
         assert "no-such-folder" in err
 
