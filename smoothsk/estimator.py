@@ -800,7 +800,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
 
         return _checkpoint.certify_in_chunks(
             certify_rows, len(X), path, every, _checkpoint.run_fingerprint(self, X), self._seed(_stages.CERTIFY_SALT),
-            get_store=lambda: self.regions_, set_store=lambda store: setattr(self, "regions_", store), keep=keep)
+            get_store=lambda: self.regions_, set_store=lambda store: setattr(self, "regions_", store),
+            alpha=self.alpha, n_classes=len(self.classes_), keep=keep)
 
     def _check_regions(self, components, regions=None):
         """Refuse a store of other weights, another allocator class, alpha or precision (before sampling)."""
