@@ -19,6 +19,7 @@ from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._npz import NpzArchive
+from ._persistence import MIN_KEY_BYTES
 from ._presets import MODULES, PRESETS, preset_params
 from .allocator import keep_freed_memory
 from .sampling import FixedSampler
@@ -156,10 +157,46 @@ def check_distinct(files, may_coincide=()):
             raise InputFileError(f"{role} {path}: the same file as {first}; give another path.")
 
 
+#: The largest key file read (a key is a few dozen bytes).
+MAX_KEY_FILE_BYTES = 1 << 16
+
+
+def read_key(path):
+    """The key in the file ``path`` (``--key-file``): its bytes, less a trailing line break; None without a path.
+
+    Parameters
+    ----------
+    path : str or None
+
+    Returns
+    -------
+    bytes or None
+
+    Raises
+    ------
+    InputFileError
+        Naming the file: unreadable, over :data:`MAX_KEY_FILE_BYTES`, or
+        shorter than :data:`smoothsk._persistence.MIN_KEY_BYTES` bytes.
+    """
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as file:
+            key = file.read(MAX_KEY_FILE_BYTES + 1).rstrip(b"\r\n")
+    except OSError as exc:
+        raise InputFileError(f"--key-file {path}: cannot read it ({exc.strerror or exc}).") from exc
+    if not MIN_KEY_BYTES <= len(key) <= MAX_KEY_FILE_BYTES:
+        raise InputFileError(f"--key-file {path}: a key must be {MIN_KEY_BYTES} to {MAX_KEY_FILE_BYTES} bytes; the "
+                             f"file holds {len(key)} (make one with: python -c \"import secrets; "
+                             f"print(secrets.token_hex(32))\" > {path}).")
+    return key
+
+
 def run_fit(args):
-    """``smoothsk fit``: train on an ``.npz`` and write a safe model file."""
-    check_distinct([("the data", args.data), ("--out", args.out)])
+    """``smoothsk fit``: train on an ``.npz`` and write a safe model file (authenticated with ``--key-file``)."""
+    check_distinct([("the data", args.data), ("--out", args.out), ("--key-file", args.key_file)])
     check_output(args.out)
+    key = read_key(args.key_file)
     X, y = read_npz(args.data, require_y=True)
     module = MODULES[args.module]
     clf = SampleWiseSmoothedClassifier(
@@ -168,7 +205,7 @@ def run_fit(args):
     print(f"{args.data}: training {args.module} with preset {args.preset!r} ({PRESETS[args.preset].name}) on "
           f"{len(X)} inputs of shape {X.shape[1:]} for {args.epochs} epochs")
     clf.fit(X, y)
-    clf.save(args.out)
+    clf.save(args.out, key=key)
     print(f"model saved to {args.out}")
     return 0
 
@@ -200,10 +237,10 @@ def write_certificates(path, columns, rows):
         write(file)
 
 
-def load_model(path):
-    """``SampleWiseSmoothedClassifier.load(path)``, its errors naming the file."""
+def load_model(path, key=None):
+    """``SampleWiseSmoothedClassifier.load(path, key=key)``, its errors naming the file."""
     try:
-        return SampleWiseSmoothedClassifier.load(path)
+        return SampleWiseSmoothedClassifier.load(path, key=key)
     except (OSError, ValueError) as exc:
         message = str(exc)
         raise InputFileError(message if str(path) in message else f"{path}: {message}") from exc
@@ -241,14 +278,16 @@ def run_certify(args):
     report = sys.stderr if to_stdout else sys.stdout  # standard output carries the CSV alone
     # --save-model may replace the model file (saving is atomic); no other two may coincide.
     check_distinct([("the model", args.model), ("the data", args.data), ("--out", None if to_stdout else args.out),
-                    ("--save-model", args.save_model), ("--checkpoint", args.checkpoint)],
+                    ("--save-model", args.save_model), ("--checkpoint", args.checkpoint),
+                    ("--key-file", args.key_file)],
                    may_coincide=(("the model", "--save-model"),))
     if not to_stdout:
         check_output(args.out)
     if args.save_model is not None:
         check_output(args.save_model, "--save-model")
     checkpoint = None if args.checkpoint is None else check_path(args.checkpoint)  # links resolved, once
-    clf = load_model(args.model)
+    key = read_key(args.key_file)
+    clf = load_model(args.model, key)
     unchanged = {"n_jobs": clf.n_jobs, "verbose": clf.verbose}  # --save-model keeps the model's own
     sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
     X, y = read_npz(args.data, require_y=False)
@@ -283,7 +322,7 @@ def run_certify(args):
     print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) "
           f"{'written to standard output' if to_stdout else f'saved to {args.out}'}", file=report)
     if args.save_model is not None:
-        clf.set_params(**unchanged).save(args.save_model)
+        clf.set_params(**unchanged).save(args.save_model, key=key)
         print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}", file=report)
     if checkpoint is not None:  # only now: the results are on disk
         checkpoint.unlink(missing_ok=True)
@@ -337,6 +376,8 @@ def build_parser():
     fit.add_argument("--n", type=int, default=10_000, help="certification samples per input saved with the model")
     fit.add_argument("--n0", type=int, default=100, help="selection samples per input saved with the model")
     fit.add_argument("--alpha", type=float, default=0.001, help="failure probability per certificate")
+    fit.add_argument("--key-file", help="file holding a secret key (16 bytes or more): the model file is "
+                                        "authenticated with HMAC-SHA256 and loads only with the same key")
     fit.add_argument("-v", "--verbose", action="store_true", help="print skorch's epoch table")
 
     cert = commands.add_parser("certify", parents=[common],
@@ -357,6 +398,8 @@ def build_parser():
                                            "may be the model file itself")
     cert.add_argument("--n-jobs", type=int, help="parallel workers of the Monte Carlo engine")
     cert.add_argument("--device", help="torch device to certify on (default: the model's)")
+    cert.add_argument("--key-file", help="file holding the key the model was saved with: required for a model "
+                                         "saved with one, refused for one saved without; --save-model uses it too")
     cert.add_argument("-v", "--verbose", action="store_true", help="show a progress bar")
     return parser
 

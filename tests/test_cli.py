@@ -401,3 +401,44 @@ def test_two_options_naming_one_file_are_refused_before_any_work(case, npz_data,
     assert main(argv) == 2
     assert f"{option} {path}: the same file as {other}" in capsys.readouterr().err
     assert {path: path.read_bytes() for path in copies.values()} == before
+
+
+class TestKeyFile:
+    def test_a_keyed_model_certifies_only_with_its_key(self, npz_data, tmp_path, capsys):
+        X, y, data, _ = npz_data
+        key, other = tmp_path / "key", tmp_path / "other"
+        key.write_text("a" * 64 + "\n")
+        other.write_text("b" * 64 + "\n")
+        model, out = tmp_path / "keyed.safetensors", tmp_path / "c.csv"
+        assert main(["fit", str(data), "--out", str(model), "--epochs", "1", "--n", "40", "--n0", "10",
+                     "--key-file", str(key)]) == 0
+        common = ["certify", str(model), str(data), "--out", str(out)]
+        capsys.readouterr()
+        assert main(common) == 2
+        assert "authenticated with a key" in capsys.readouterr().err
+        assert main([*common, "--key-file", str(other)]) == 2
+        err = capsys.readouterr().err
+        assert "not written with this key" in err and len(err.strip().splitlines()) == 1
+        saved = tmp_path / "after.safetensors"
+        assert main([*common, "--key-file", str(key), "--save-model", str(saved)]) == 0
+        assert len(read_csv(out)) == len(X)
+        SampleWiseSmoothedClassifier.load(saved, key=b"a" * 64)  # --save-model keeps the key
+
+    def test_an_unkeyed_model_is_refused_with_a_key(self, npz_data, tmp_path, capsys):
+        _, _, data, model = npz_data
+        (tmp_path / "key").write_text("a" * 64)
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), "--key-file",
+                     str(tmp_path / "key")]) == 2
+        assert "not authenticated" in capsys.readouterr().err
+
+    @pytest.mark.parametrize(("content", "match"), [(b"short\n", "a key must be 16 to 65536 bytes; the file holds 5"),
+                                                    (None, "cannot read it")])
+    def test_a_bad_key_file_is_refused_before_any_work(self, content, match, npz_data, tmp_path, capsys,
+                                                       monkeypatch):
+        _, _, data, _ = npz_data
+        key = tmp_path / "key"
+        if content is not None:
+            key.write_bytes(content)
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained before checking --key-file")
+        assert main(["fit", str(data), "--out", str(tmp_path / "m.safetensors"), "--key-file", str(key)]) == 2
+        assert match in capsys.readouterr().err
