@@ -107,7 +107,7 @@ def read_npz(path, require_y):
     return X, y
 
 
-def check_output(path, option="--out"):
+def check_output(path, option="--out", stream_hint=""):
     """Refuse an output file path that cannot be written, before any expensive work.
 
     Outputs are written to a temporary file in their folder, then renamed
@@ -119,6 +119,9 @@ def check_output(path, option="--out"):
         The file the command will write.
     option : str, default="--out"
         The option that gave ``path``, for the message.
+    stream_hint : str, default=""
+        Appended to the advice (``" (or - for standard output)"`` where the
+        option takes ``-``).
 
     Raises
     ------
@@ -129,7 +132,7 @@ def check_output(path, option="--out"):
     reason = unwritable_reason(path)
     if reason is not None:
         raise InputFileError(f"{option} {path}: cannot write it: {reason}; give the path of a file in a "
-                             "writable folder.")
+                             f"writable folder{stream_hint}.")
 
 
 def check_distinct(files, may_coincide=()):
@@ -282,7 +285,7 @@ def run_certify(args):
                     ("--key-file", args.key_file)],
                    may_coincide=(("the model", "--save-model"),))
     if not to_stdout:
-        check_output(args.out)
+        check_output(args.out, stream_hint=f" (or {STDOUT} for standard output)")
     if args.save_model is not None:
         check_output(args.save_model, "--save-model")
     checkpoint = None if args.checkpoint is None else check_path(args.checkpoint)  # links resolved, once
