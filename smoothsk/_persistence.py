@@ -152,6 +152,7 @@ from . import models, regions, sampling, sigma, training
 from ._atomic import atomic_file, unwritable_reason
 from ._digest import value_digest
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
+from ._validation import smoothing_components
 from .regions import RegionStore
 
 __all__ = ["FORMAT_VERSION", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING", "MIN_KEY_BYTES",
@@ -896,7 +897,7 @@ def _check_sizes(estimator, source):
                 component.validate()
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: parameter {name!r} is invalid: {' '.join(str(exc).split())}") from None
-    _built(estimator._validate_smoothing_params, source)
+    _built(lambda: smoothing_components(estimator), source)
     batch_bytes = estimator.certify_batch_size * estimator.n_features_in_ * 4
     if batch_bytes > MAX_BATCH_BYTES:
         raise ValueError(f"{source}: certify_batch_size={estimator.certify_batch_size} makes batches of "

@@ -1,13 +1,14 @@
 """The estimator's checks of its inputs, labels, parameters, device and module, and its label encoding."""
 
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.exceptions import DataConversionWarning
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_array
-from ._constraints import validate_parameter_constraints
+from ._constraints import HasMethods, Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -223,18 +224,30 @@ def correct_predictions(prediction, y_true):
     return (prediction == y_true.astype(object)) & (prediction != ABSTAIN)
 
 
-def validated_components(estimator, constraints):
+#: scikit-learn constraints of the estimator's own smoothing parameters (its components validate theirs).
+SMOOTHING_CONSTRAINTS = {
+    "training": [HasMethods(["run", "batch_sigma"]), None],
+    "sigma_search": [HasMethods(["search"]), None],
+    "sampler": [HasMethods(["certify"]), None],
+    "allocator": [HasMethods(["allocate"]), None],
+    "alpha": [Interval(Real, 0, 1, closed="neither")],
+    "certify_batch_size": [Interval(Integral, 1, None, closed="left")],
+    "certify_autocast": [StrOptions({"bfloat16", "float16"}), None],
+    "n_jobs": [Integral, None],
+    "random_state": ["random_state"],
+}
+
+
+def smoothing_components(estimator):
     """Check the smoothing parameters and return the components in use, each validated.
 
     Parameters
     ----------
     estimator : SampleWiseSmoothedClassifier
-    constraints : dict
-        scikit-learn parameter constraints of the estimator's own smoothing parameters.
 
     Returns
     -------
-    dict of str to Component
+    Components
         For each name in :data:`smoothsk._params.COMPONENTS`, the parameter or its default.
 
     Raises
@@ -243,15 +256,17 @@ def validated_components(estimator, constraints):
         Naming the parameter; or if a certified sigma function is combined
         with an allocator that does not compose with it.
     """
-    validate_parameter_constraints(constraints, {key: getattr(estimator, key) for key in constraints},
+    values = {key: getattr(estimator, key) for key in SMOOTHING_CONSTRAINTS}
+    validate_parameter_constraints(SMOOTHING_CONSTRAINTS, values,
                                    caller_name=type(estimator).__name__)
-    components = {name: _params.component(estimator, name).validate() for name in _params.COMPONENTS}
-    allocator = components["allocator"]
-    if (isinstance(components["sigma_search"], BaseCertifiedSigma)
-            and not getattr(allocator, "composes_with_certified_sigma", False)):
+    components = _params.Components.of(estimator)
+    for name in _params.COMPONENTS:
+        getattr(components, name).validate()
+    if (isinstance(components.sigma_search, BaseCertifiedSigma)
+            and not getattr(components.allocator, "composes_with_certified_sigma", False)):
         raise ValueError(
-            f"allocator={allocator!r} does not compose with the certified sigma function "
-            f"sigma_search={type(components['sigma_search']).__name__}(...): its certificates are not "
+            f"allocator={components.allocator!r} does not compose with the certified sigma function "
+            f"sigma_search={type(components.sigma_search).__name__}(...): its certificates are not "
             "about g(., sigma(x)) at x. Use allocator=NoRegions() (or None), whose certificates the "
             "sigma function's certificate turns into certificates of G(x) = g(x, sigma(x)).")
     return components

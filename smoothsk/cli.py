@@ -19,8 +19,10 @@ from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._npz import NpzArchive
+from ._params import Components
 from ._persistence import MIN_KEY_BYTES
 from ._presets import MODULES, PRESETS, preset_params
+from ._validation import check_device_available
 from .allocator import keep_freed_memory
 from .sampling import FixedSampler
 
@@ -259,7 +261,7 @@ def sampler_with_sizes(clf, args):
         parameter of that name (``InputSpecificSampler`` and
         ``SequentialSampler`` have ``n_max``, not ``n``).
     """
-    sampler = clone(clf._component("sampler"))
+    sampler = clone(Components.of(clf).sampler)
     given = {name: value for name, value in (("n", args.n), ("n0", args.n0)) if value is not None}
     parameters = sampler.get_params(deep=False)
     for name in given:
@@ -306,9 +308,9 @@ def run_certify(args):
         settings["device"] = args.device
     clf.set_params(**settings)
     if args.device is not None:
-        clf._check_device_available()
+        check_device_available(args.device)
         clf.module_.to(args.device)
-    allocator = clf._component("allocator")
+    allocator = Components.of(clf).allocator
     if not allocator.stateless and args.save_model is None:
         print(f"smoothsk certify: warning: the model's allocator {type(allocator).__name__} is stateful: these "
               f"certificates are about its region classifier, which keeps the regions this run allocates, but "

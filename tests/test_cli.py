@@ -8,7 +8,7 @@ import pytest
 from conftest import forbid
 from npz_support import npy_bytes, write_npz
 
-from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk import SampleWiseSmoothedClassifier, _certification
 from smoothsk.cli import build_parser, main
 from smoothsk.models import FlatMLP
 from smoothsk.regions import OnlineBallAllocator
@@ -118,7 +118,7 @@ class TestFitCertify:
         assert "No space left on device" in capsys.readouterr().err
         assert checkpoint.exists() and not out.exists()
 
-        forbid(monkeypatch, SampleWiseSmoothedClassifier, "_certify_rows",
+        forbid(monkeypatch, _certification, "certify_rows",
                "certified again instead of reading the checkpoint")
         assert main(["certify", str(model), str(data), "--out", str(out), *common]) == 0
         assert out.read_text() == plain.read_text() and not checkpoint.exists()
@@ -248,7 +248,7 @@ class TestBadFiles:
         _, _, data, model = npz_data
         checkpoint = tmp_path / "run.ckpt"
         write_npz(checkpoint, {"header": np.frombuffer(b"[" * 100_000, dtype=np.uint8)})
-        forbid(monkeypatch, SampleWiseSmoothedClassifier, "_certify_rows", "certified despite the checkpoint")
+        forbid(monkeypatch, _certification, "certify_rows", "certified despite the checkpoint")
         assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
                      "--checkpoint", str(checkpoint)]) == 2
         err = capsys.readouterr().err
