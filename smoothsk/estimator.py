@@ -221,7 +221,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
                 if len(store):
                     warnings.warn(f"{name} changed from {getattr(store, field)!r} to {own[name]!r}: the {len(store)} "
                                   f"regions in regions_ {why} and are cleared.", UserWarning, stacklevel=2)
-                self.regions_ = RegionStore.empty(store.centres.shape[1])
+                self._reset_store()
         _params.set_component_params(self, nested)
         return self
 
@@ -329,7 +329,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             except Exception:  # a refused refit leaves the fitted estimator as it was
                 self._restore(fitted, history)
                 raise
-            self.regions_ = RegionStore.empty(self.n_features_in_)
+            self._reset_store()
         # A fitted sigma function certifies the weights it was fitted for: training changes them.
         vars(self).pop("sigma_search_", None)
         # The user's schedule is a parameter: a clone of it carries this run's state
@@ -350,7 +350,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             if reset and self.module_ is not fitted.get("module_", self.module_):
                 self._restore(fitted, history)
             raise
-        self.regions_ = RegionStore.empty(self.n_features_in_)  # regions certify the old weights only
+        self._reset_store()  # regions certify the old weights only
         return self
 
     def _run_training(self, components, X, y, fit_params):
@@ -399,7 +399,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         if hasattr(self, "regions_"):
             # A new module is a new model, even where its seeded state_dict (and so the
             # store's weights fingerprint) equals the old one's: its regions certify the old model.
-            self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+            self._reset_store()
             # Nor has it trained: the old module's epochs would resume the schedule past its start.
             self.initialize_history()
             for name in ("train_sigmas_", "train_keys_"):
@@ -598,8 +598,12 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         self
         """
         self.check_is_fitted()
-        self.regions_ = RegionStore.empty(self.n_features_in_)
+        self._reset_store()
         return self
+
+    def _reset_store(self):
+        """Start an empty region store (``regions_``): the one place a store is made or cleared."""
+        self.regions_ = RegionStore.empty(self.n_features_in_)
 
     def save(self, path, *, key=None):
         """Write the fitted estimator to one safetensors file that loads without running code.
