@@ -41,6 +41,7 @@ import joblib
 import numpy as np
 
 from ._atomic import atomic_file, unwritable_reason
+from ._version import __version__
 from .certificates import Certificates
 from ._digest import module_fingerprint, value_digest
 
@@ -64,8 +65,6 @@ _NOT_IN_CERTIFICATES = ("verbose", "n_jobs", "certify_batch_size")
 
 
 def _library_version():
-    from . import __version__  # at call time: the package imports this module before defining it
-
     return __version__
 
 

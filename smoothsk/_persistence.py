@@ -152,6 +152,7 @@ from . import models, regions, sampling, sigma, training
 from ._atomic import atomic_file, unwritable_reason
 from ._digest import value_digest
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
+from ._version import __version__
 from .regions import RegionStore
 
 __all__ = ["FORMAT_VERSION", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING", "MIN_KEY_BYTES",
@@ -464,8 +465,6 @@ def save_estimator(estimator, path, key=None):
     TypeError
         If ``key`` is not None or bytes of at least :data:`MIN_KEY_BYTES`.
     """
-    from . import __version__
-
     key = _check_key(key)
     estimator.check_is_fitted()
     path = Path(path)
