@@ -36,7 +36,7 @@ from .certificates import ABSTAIN, Certificates, fixed_sigma_guarantee
 from .engine import MonteCarloEngine
 from .regions import NoRegions, RegionStore
 from .sigma import BaseCertifiedSigma, FixedSigma
-from .statistics import binomial_abstains
+from .statistics import top_two_test
 from .training._sigma_timer import SigmaTimer
 
 __all__ = ["SampleWiseSmoothedClassifier"]
@@ -602,10 +602,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             Class labels, ``ABSTAIN`` (-1) where the test abstains.
         """
         counts, _, abstain, alpha = self._prediction_counts(X)
-        order = np.argsort(-counts, axis=1, kind="stable")
-        rows = np.arange(len(counts))
-        top, second = counts[rows, order[:, 0]], counts[rows, order[:, 1]]
-        prediction = np.where(binomial_abstains(top, second, alpha) | abstain, ABSTAIN, order[:, 0])
+        top, not_significant = top_two_test(counts, alpha)
+        prediction = np.where(not_significant | abstain, ABSTAIN, top)
         X = _validation.check_inputs(self, X, reset=False)
         prediction = self._component("allocator").predict_override(self.regions_, X.reshape(len(X), -1), prediction)
         return _validation.decode_labels(prediction, self.classes_)

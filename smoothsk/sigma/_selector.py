@@ -26,7 +26,7 @@ from ..certificates import ABSTAIN
 from ..engine import MonteCarloEngine
 from ..models import FlatMLP
 from ..sampling import FixedSampler
-from ..statistics import binomial_abstains, certified_radius
+from ..statistics import certified_radius, top_two_test
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
 from ._fgss import MultiStartFGSS
 from ._fixed import FixedSigma
@@ -522,7 +522,5 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             return np.full(len(X), self.levels_[0]), np.zeros(len(X), dtype=bool)
         counts = selector.class_counts(X, np.full(len(X), float(self.selector_sigma)), self.n,
                                        CERTIFIED_SIGMA_PREDICTION)
-        order = np.argsort(-counts, axis=1, kind="stable")
-        rows = np.arange(len(X))
-        abstain = binomial_abstains(counts[rows, order[:, 0]], counts[rows, order[:, 1]], alpha)
-        return self.levels_[order[:, 0]], abstain
+        top, abstain = top_two_test(counts, alpha)
+        return self.levels_[top], abstain
