@@ -25,6 +25,7 @@ from .._stages import (
 from ..certificates import ABSTAIN
 from ..engine import MonteCarloEngine
 from ..models import FlatMLP
+from ..objectives import GaussianNoise
 from ..sampling import FixedSampler
 from ..statistics import certified_radius, top_two_test
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
@@ -306,8 +307,6 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     def _default_component(self, name):
         if name != "selector_objective":
             return None
-        from ..training import GaussianNoise  # the training objectives use this package
-
         return GaussianNoise(num_noise=1)
 
     def _check_before_fit(self, training, X):

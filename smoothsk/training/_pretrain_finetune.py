@@ -7,9 +7,9 @@ import torch
 from .._constraints import HasMethods, Interval
 
 from .._modes import evaluating
+from ..objectives import SmoothAdv
 from ..sigma import BaseCertifiedSigma, GridSigmaSearch
 from ._per_sample import PerSampleSchedule, training_engine, uniform_sigmas
-from ._smoothadv import SmoothAdv
 from ._stage import Stage
 
 #: The two stages (Alg. 1 lines 2-4 and 12-14).
