@@ -75,6 +75,17 @@ class BaseSigmaSearch(Component):
     def _search(self, engine, X, y):
         """Return a :class:`SigmaSearchResult` for validated parameters."""
 
+    def noise_levels(self):
+        """The noise levels this search chooses among, where they form a grid.
+
+        Returns
+        -------
+        levels : ndarray of float, shape (K,), or None
+            Ascending; None (the default) for a search without a grid (a
+            continuous sigma).
+        """
+        return None
+
 
 @dataclass
 class CertifiedSigmaResult(SigmaSearchResult):

@@ -29,50 +29,12 @@ from ..objectives import GaussianNoise
 from ..sampling import FixedSampler
 from ..statistics import certified_radius, top_two_test
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
-from ._fgss import MultiStartFGSS
-from ._fixed import FixedSigma
-from ._grid import GridSigmaSearch, sigma_radii
+from ._grid import sigma_radii
 
 #: Monte Carlo samples per level and failure probability of the labelled level
 #: assignment that makes the selector's training targets (PFAT Eq. 5, App. A.1).
 _ASSIGN_SAMPLES = 500
 _ASSIGN_ALPHA = 0.001
-
-
-def schedule_levels(schedule):
-    """The grid of noise levels a training schedule works with.
-
-    PFAT's schedule: its assignment grid (Eq. 5; its ``assignment_`` once
-    fitted, else its ``assignment`` parameter); otherwise the levels of the
-    schedule's test-time search: a grid search's grid, Insta-RS's levels
-    ``sqrt(l) * sigma0``, or a fixed sigma alone.
-
-    Parameters
-    ----------
-    schedule : BaseTrainingSchedule
-
-    Returns
-    -------
-    levels : ndarray of float, shape (K,)
-        Ascending.
-
-    Raises
-    ------
-    ValueError
-        If the schedule has no grid (e.g. DDRS's continuous sigma).
-    """
-    # PFAT's assignment: fitted, or before fit its parameter (None: the default grid, the test-time search's).
-    search = getattr(schedule, "assignment_", getattr(schedule, "assignment", None))
-    if not isinstance(search, GridSigmaSearch):
-        search = schedule.default_sigma_search()
-    if isinstance(search, GridSigmaSearch):
-        return search.grid_sigmas()
-    if isinstance(search, MultiStartFGSS):
-        return search.level_sigma(np.arange(1, search.max_level + 1))
-    if isinstance(search, FixedSigma):
-        return np.array([float(search.sigma)])
-    raise ValueError(f"levels=None takes the training schedule's grid of noise levels, but {schedule!r} "
-                     f"has none (its test-time search is {search!r}); pass levels, e.g. levels=(0.25, 0.5, 1.0).")
 
 
 def _construct(selector, kwargs, n_levels, probe):
@@ -185,7 +147,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     levels : array-like of float, shape (K,), or None, default=None
         Noise levels to choose from, distinct and > 0; the selector's logit
         ``k`` scores ``levels[k]``. None takes the training schedule's grid
-        (:func:`schedule_levels`).
+        (its ``noise_levels()``: PFAT's assignment grid, Insta-RS's levels
+        ``sqrt(l) * sigma0``, a fixed sigma alone).
     selector : torch.nn.Module class or instance, or None, default=None
         Module returning (batch, K) logits. A class is built with
         ``n_classes=K`` when it takes ``n_classes``. None means the
@@ -312,7 +275,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     def _check_before_fit(self, training, X):
         # levels=None needs a schedule with a grid; a given module, or one built from a given class (on a
         # probe, the global random state untouched), must take the inputs and return K logits.
-        n_levels = len(self._resolve_levels(training))
+        n_levels = len(self._resolve_levels(training.noise_levels(), repr(training)))
         if self.selector is None or n_levels == 1:
             return
         if isinstance(self.selector, torch.nn.Module):
@@ -321,13 +284,17 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         with torch.random.fork_rng(devices=[]):  # a built class's construction and probe draw nothing global
             self._check_outputs(_construct(self.selector, {}, n_levels, X[:1]), X[:1], n_levels)
 
-    def _resolve_levels(self, training):
-        if self.levels is None:
-            return schedule_levels(training)
-        return np.asarray(self.levels, dtype=np.float64)
+    def _resolve_levels(self, schedule_levels, schedule="the training schedule"):
+        """``levels`` as float64, or where None the schedule's grid ``schedule_levels`` (``schedule`` names it)."""
+        if self.levels is not None:
+            return np.asarray(self.levels, dtype=np.float64)
+        if schedule_levels is None:
+            raise ValueError(f"levels=None takes the training schedule's grid of noise levels, but {schedule} has "
+                             "none (e.g. DDRS's continuous sigma); pass levels, e.g. levels=(0.25, 0.5, 1.0).")
+        return schedule_levels
 
     def _fit_sigma(self, estimator, X, y):
-        self.levels_ = self._resolve_levels(estimator.training_)
+        self.levels_ = self._resolve_levels(estimator.training_.noise_levels())
         self.train_levels_ = None
         n_levels = len(self.levels_)
         if n_levels == 1:
@@ -350,11 +317,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         With ``target_neighbors``, the best level of the radii averaged over
         the sample's nearest training inputs.
         """
-        assignment = getattr(estimator.training_, "assignment_", None)
+        assigned = estimator.training_.assignment_levels()
         train_sigmas = getattr(estimator, "train_sigmas_", None)
-        if (self.target_neighbors is None and isinstance(assignment, GridSigmaSearch) and train_sigmas is not None
-                and len(train_sigmas) == len(X)
-                and np.array_equal(np.sort(assignment.grid_sigmas()), np.sort(self.levels_))):
+        if (self.target_neighbors is None and assigned is not None and train_sigmas is not None
+                and len(train_sigmas) == len(X) and np.array_equal(np.sort(assigned), np.sort(self.levels_))):
             # The schedule's own assignment is this one: reuse it.
             match = np.isclose(train_sigmas[:, None], self.levels_[None, :], rtol=0, atol=1e-9)
             if match.any(axis=1).all():

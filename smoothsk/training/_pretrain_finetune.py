@@ -130,6 +130,16 @@ class PretrainFinetune(PerSampleSchedule):
         return GridSigmaSearch(sigma_min=self.sigma_min, sigma_max=self.sigma_max,
                                step=_GRID_STEP, n=_TEST_SAMPLES)
 
+    def noise_levels(self):
+        """The grid of its assignment (Eq. 5), or of its test-time search (Eq. 7) where the assignment has none."""
+        levels = self.assignment_levels()
+        return self.default_sigma_search().noise_levels() if levels is None else levels
+
+    def assignment_levels(self):
+        """The grid of its assignment where that is a grid search (Eq. 5; the default is), else None."""
+        assignment = self._component("assignment")
+        return assignment.noise_levels() if isinstance(assignment, GridSigmaSearch) else None
+
     def _default_component(self, name):
         if name == "objective":
             return SmoothAdv(epsilon=1.0, steps=2, num_noise=4)
