@@ -20,7 +20,6 @@ import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, clone
 from sklearn.exceptions import NotFittedError
-from sklearn.utils import check_random_state
 from ._constraints import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
@@ -410,9 +409,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
 
     def _seed(self, salt):
         """A non-negative int seed from ``random_state`` for one use (``salt``, see :mod:`smoothsk._stages`)."""
-        if self.random_state is None or isinstance(self.random_state, np.random.RandomState):
-            return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        return int(np.random.SeedSequence([int(self.random_state), salt]).generate_state(1)[0])
+        return _stages.seed(self.random_state, salt)
 
     def initialize_module(self):
         """Build the module (seeded by ``random_state``), passing ``n_classes`` if it takes it.
