@@ -34,7 +34,7 @@ from ._persistence import load_estimator, save_estimator
 from .certificates import ABSTAIN, Certificates, fixed_sigma_guarantee
 from .engine import MonteCarloEngine
 from .regions import NoRegions, RegionStore
-from .sigma import BaseCertifiedSigma, FixedSigma
+from .sigma import BaseCertifiedSigma, FixedSigma, SigmaFitContext
 from .statistics import top_two_test
 from .training._sigma_timer import SigmaTimer
 
@@ -393,7 +393,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 pass
             if isinstance(components["sigma_search"], BaseCertifiedSigma):
                 # A clone: the user's parameter object is never changed.
-                self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(self, X, y)
+                self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(
+                    SigmaFitContext.from_estimator(self), X, y)
         self.notify("on_train_end", X=X, y=y)
 
     def _restore(self, fitted, history):
