@@ -20,7 +20,6 @@ import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, clone
 from sklearn.exceptions import NotFittedError
-from sklearn.utils import check_random_state
 from ._constraints import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
@@ -35,8 +34,8 @@ from ._persistence import load_estimator, save_estimator
 from .certificates import ABSTAIN, Certificates, fixed_sigma_guarantee
 from .engine import MonteCarloEngine
 from .regions import NoRegions, RegionStore
-from .sigma import BaseCertifiedSigma, FixedSigma
-from .statistics import binomial_abstains
+from .sigma import BaseCertifiedSigma, FixedSigma, SigmaFitContext
+from .statistics import top_two_test
 from .training._sigma_timer import SigmaTimer
 
 __all__ = ["SampleWiseSmoothedClassifier"]
@@ -394,7 +393,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 pass
             if isinstance(components["sigma_search"], BaseCertifiedSigma):
                 # A clone: the user's parameter object is never changed.
-                self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(self, X, y)
+                self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(
+                    SigmaFitContext.from_estimator(self), X, y)
         self.notify("on_train_end", X=X, y=y)
 
     def _restore(self, fitted, history):
@@ -410,9 +410,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
 
     def _seed(self, salt):
         """A non-negative int seed from ``random_state`` for one use (``salt``, see :mod:`smoothsk._stages`)."""
-        if self.random_state is None or isinstance(self.random_state, np.random.RandomState):
-            return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        return int(np.random.SeedSequence([int(self.random_state), salt]).generate_state(1)[0])
+        return _stages.seed(self.random_state, salt)
 
     def initialize_module(self):
         """Build the module (seeded by ``random_state``), passing ``n_classes`` if it takes it.
@@ -602,10 +600,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             Class labels, ``ABSTAIN`` (-1) where the test abstains.
         """
         counts, _, abstain, alpha = self._prediction_counts(X)
-        order = np.argsort(-counts, axis=1, kind="stable")
-        rows = np.arange(len(counts))
-        top, second = counts[rows, order[:, 0]], counts[rows, order[:, 1]]
-        prediction = np.where(binomial_abstains(top, second, alpha) | abstain, ABSTAIN, order[:, 0])
+        top, not_significant = top_two_test(counts, alpha)
+        prediction = np.where(not_significant | abstain, ABSTAIN, top)
         X = _validation.check_inputs(self, X, reset=False)
         prediction = self._component("allocator").predict_override(self.regions_, X.reshape(len(X), -1), prediction)
         return _validation.decode_labels(prediction, self.classes_)
