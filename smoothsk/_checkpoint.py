@@ -61,6 +61,7 @@ import numpy as np
 from ._atomic import atomic_file, unwritable_reason
 from ._digest import module_fingerprint, value_digest
 from ._npz import NpzArchive
+from ._version import __version__
 from .certificates import ABSTAIN, Certificates
 from .statistics import certified_radius, clopper_pearson_lower, first_offender
 
@@ -87,12 +88,6 @@ _INTEGER_FIELDS = ("prediction", "n_samples", "search_steps", "region", "sigma_s
 _RADIUS_RTOL = 1e-9
 #: Parameters certificates do not depend on (tested): left out of the fingerprint.
 _NOT_IN_CERTIFICATES = ("verbose", "n_jobs", "certify_batch_size")
-
-
-def _library_version():
-    from . import __version__  # at call time: the package imports this module before defining it
-
-    return __version__
 
 
 def check_chunk_size(checkpoint_every):
@@ -289,7 +284,7 @@ def _read_header(path, archive, parts):
         raise _refuse(path, f"not a smoothsk certify checkpoint ({error!r})") from error
     if format_version != FORMAT_VERSION:
         raise _refuse(path, f"a checkpoint of format version {reprlib.repr(format_version)}; smoothsk "
-                            f"{_library_version()} reads version {FORMAT_VERSION}")
+                            f"{__version__} reads version {FORMAT_VERSION}")
     differ = [name for name in _PART_NAMES if recorded_parts.get(name) != parts[name]]
     if differ:
         raise _refuse(path, "the checkpoint of another run, which this run does not overwrite: its "
@@ -437,7 +432,7 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     Certificates
         The certificates of all ``n_inputs`` inputs.
     """
-    parts = {**parts, "checkpoint_every": str(every), "version": _library_version()}
+    parts = {**parts, "checkpoint_every": str(every), "version": __version__}
     store = get_store()
     if path.exists():
         header, done, regions = _read(path, parts, n_inputs, every, store, alpha, n_classes)
@@ -456,7 +451,7 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
                 f"reset_regions()): resuming would mix certificates made against different region stores. "
                 f"Certify with regions_ as the run left it, or " + _START_OVER.format(path=path) + ".")
     else:
-        header = {"format": FORMAT, "format_version": FORMAT_VERSION, "library_version": _library_version(),
+        header = {"format": FORMAT, "format_version": FORMAT_VERSION, "library_version": __version__,
                   "parts": parts, "root_seed": int(root_seed), "chunks_done": 0,
                   "regions_start": store.digest(), "regions_done": store.digest()}
         done = None

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, clone
 from sklearn.exceptions import NotFittedError
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
 from tqdm.auto import tqdm
@@ -29,8 +28,8 @@ from ._persistence import load_estimator, save_estimator
 from ._training_steps import NoisyTrainingSteps
 from .certificates import ABSTAIN
 from .regions import RegionStore
-from .sigma import BaseCertifiedSigma
-from .statistics import binomial_abstains
+from .sigma import BaseCertifiedSigma, SigmaFitContext
+from .statistics import top_two_test
 
 __all__ = ["SampleWiseSmoothedClassifier"]
 
@@ -367,7 +366,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
                 pass
             if isinstance(components.sigma_search, BaseCertifiedSigma):
                 # A clone: the user's parameter object is never changed.
-                self.sigma_search_ = clone(components.sigma_search).fit_sigma(self, X, y)
+                self.sigma_search_ = clone(components.sigma_search).fit_sigma(
+                    SigmaFitContext.from_estimator(self), X, y)
         self.notify("on_train_end", X=X, y=y)
 
     def _restore(self, fitted, history):
@@ -379,9 +379,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
 
     def _seed(self, salt):
         """A non-negative int seed from ``random_state`` for one use (``salt``, see :mod:`smoothsk._stages`)."""
-        if self.random_state is None or isinstance(self.random_state, np.random.RandomState):
-            return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        return int(np.random.SeedSequence([int(self.random_state), salt]).generate_state(1)[0])
+        return _stages.seed(self.random_state, salt)
 
     def initialize_module(self):
         """Build the module (seeded by ``random_state``), passing ``n_classes`` if it takes it.
@@ -451,10 +449,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         smoothing = self._smoothing()
         counts, _, abstain, alpha = _certification.prediction_counts(
             smoothing, X, self._seed(_stages.PREDICT_SALT), self.regions_)
-        order = np.argsort(-counts, axis=1, kind="stable")
-        rows = np.arange(len(counts))
-        top, second = counts[rows, order[:, 0]], counts[rows, order[:, 1]]
-        prediction = np.where(binomial_abstains(top, second, alpha) | abstain, ABSTAIN, order[:, 0])
+        top, not_significant = top_two_test(counts, alpha)
+        prediction = np.where(not_significant | abstain, ABSTAIN, top)
         prediction = smoothing.components.allocator.predict_override(self.regions_, X.reshape(len(X), -1), prediction)
         return _validation.decode_labels(prediction, self.classes_)
 
