@@ -13,7 +13,33 @@ from torch.utils.data import DataLoader, Dataset
 from ._data import IndexedTensorDataset, TensorBatches
 from .training._sigma_timer import SigmaTimer
 
-__all__ = ["NoisyTrainingSteps"]
+__all__ = ["NoisyTrainingSteps", "check_iterator_options"]
+
+
+def check_iterator_options(estimator):
+        """Refuse a ``dataset`` and ``iterator_train__*``/``iterator_valid__*`` options the training would ignore.
+
+    Parameters
+    ----------
+    estimator : SampleWiseSmoothedClassifier
+
+    Raises
+    ------
+    ValueError
+        Naming the first such option.
+    """
+        if estimator.dataset is not SkorchDataset or estimator.get_params_for("dataset"):
+            raise ValueError("dataset is not used: smoothsk trains on its own indexed dataset of X and y (each "
+                             "item's position keys its training sigma); leave dataset and dataset__* at their "
+                             "defaults.")
+        for prefix in ("iterator_train", "iterator_valid"):
+            if getattr(estimator, prefix) is not DataLoader:
+                continue  # a custom iterator gets every option (skorch's get_iterator)
+            ignored = sorted(set(estimator.get_params_for(prefix)) - set(TensorBatches.OPTIONS))
+            if ignored:
+                raise ValueError(f"{prefix}__{ignored[0]} is not an option of smoothsk's training batches, which "
+                                 f"slice the tensors in memory and take only {', '.join(TensorBatches.OPTIONS)}; "
+                                 f"for DataLoader's other options set {prefix} to a DataLoader subclass.")
 
 
 class NoisyTrainingSteps:
@@ -34,21 +60,6 @@ class NoisyTrainingSteps:
         shuffle = kwargs.get("shuffle", training)
         return TensorBatches(dataset, kwargs.get("batch_size", self.batch_size), shuffle,
                               getattr(self, "shuffle_generator_", None), kwargs.get("drop_last", False))
-
-    def _check_iterator_options(self):
-        """Refuse a ``dataset`` and ``iterator_train__*``/``iterator_valid__*`` options the training would ignore."""
-        if self.dataset is not SkorchDataset or self.get_params_for("dataset"):
-            raise ValueError("dataset is not used: smoothsk trains on its own indexed dataset of X and y (each "
-                             "item's position keys its training sigma); leave dataset and dataset__* at their "
-                             "defaults.")
-        for prefix in ("iterator_train", "iterator_valid"):
-            if getattr(self, prefix) is not DataLoader:
-                continue  # a custom iterator gets every option (skorch's get_iterator)
-            ignored = sorted(set(self.get_params_for(prefix)) - set(TensorBatches.OPTIONS))
-            if ignored:
-                raise ValueError(f"{prefix}__{ignored[0]} is not an option of smoothsk's training batches, which "
-                                 f"slice the tensors in memory and take only {', '.join(TensorBatches.OPTIONS)}; "
-                                 f"for DataLoader's other options set {prefix} to a DataLoader subclass.")
 
     def _batch_loss(self, batch):
         X, y, index = (part.to(self.device) for part in batch)

@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import _params
 from ._modes import evaluating
+from ._training_steps import check_iterator_options
 from .certificates import ABSTAIN
 from .sigma import BaseCertifiedSigma
 
@@ -332,3 +333,55 @@ def check_module_output(module, X, n_classes, device):
             f"The module {type(module).__name__} must return logits of shape {expected} for one input "
             f"({expected[1]} classes in y), found {found}: its number of outputs must equal the "
             f"number of classes (module__n_classes, or a module class taking n_classes).")
+
+
+def check_fit(estimator, X, y, reset, classes, fit_params):
+    """Every check of a ``fit``/``partial_fit`` call, before any training; returns what training needs.
+
+    Parameters
+    ----------
+    estimator : SampleWiseSmoothedClassifier
+    X : array-like of float, shape (n_samples, *input_shape)
+    y : array-like, shape (n_samples,)
+    reset : bool
+        Whether the call initialises the module (learns ``classes_``).
+    classes : array-like or None
+        ``partial_fit``'s ``classes`` argument.
+    fit_params : dict
+        The call's keyword arguments for skorch's ``fit_loop``.
+
+    Returns
+    -------
+    components : Components
+        Validated; a certified sigma function checked against the schedule.
+    X : ndarray of float32, shape (n_samples, *input_shape)
+    y_index : ndarray of int64, shape (n_samples,)
+        Indices into ``classes``.
+    classes : ndarray, shape (n_classes,)
+
+    Raises
+    ------
+    TypeError
+        If ``fit_params`` holds ``sample_weight`` or ``epochs``.
+    ValueError
+        Naming what is refused: a parameter, the device, the data, the labels.
+    """
+    if "sample_weight" in fit_params:
+        raise TypeError(f"{type(estimator).__name__} does not support sample_weight: the training "
+                        "loss weighs every sample equally; resample the data instead.")
+    if "epochs" in fit_params:
+        raise TypeError("fit_params may not hold 'epochs': the training schedule sets the epochs of each "
+                        "stage itself; set max_epochs or the schedule's epoch parameters instead.")
+    components = smoothing_components(estimator)
+    check_iterator_options(estimator)
+    check_device_available(estimator.device)
+    X, y = check_training_data(estimator, X, y, reset)
+    if classes is not None:
+        classes = check_classes(classes, "classes")
+        if not reset and not np.array_equal(classes, estimator.classes_):
+            raise ValueError(f"classes={classes.tolist()} differ from classes_ {estimator.classes_.tolist()}, "
+                             "learnt by the call that initialised the module; fit anew to change them.")
+    y_index, classes = encode_labels(y, classes, "classes") if reset else encode_labels(y, estimator.classes_)
+    if isinstance(components.sigma_search, BaseCertifiedSigma):
+        components.sigma_search.check_before_fit(components.training, torch.from_numpy(X))
+    return components, X, y_index, classes

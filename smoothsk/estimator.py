@@ -296,32 +296,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         return self._fit(X, y, reset=not self.initialized_, classes=classes, **fit_params)
 
     def _fit(self, X, y, reset, classes=None, **fit_params):
-        if "sample_weight" in fit_params:
-            raise TypeError(f"{type(self).__name__} does not support sample_weight: the training "
-                            "loss weighs every sample equally; resample the data instead.")
-        if "epochs" in fit_params:
-            raise TypeError("fit_params may not hold 'epochs': the training schedule sets the epochs of each "
-                            "stage itself; set max_epochs or the schedule's epoch parameters instead.")
-        components = _validation.smoothing_components(self)
-        self._check_iterator_options()
-        _validation.check_device_available(self.device)
-        X, y = _validation.check_training_data(self, X, y, reset)
-        if classes is not None:
-            classes = _validation.check_classes(classes, "classes")
-            if not reset and not np.array_equal(classes, self.classes_):
-                raise ValueError(f"classes={classes.tolist()} differ from classes_ {self.classes_.tolist()}, "
-                                 "learnt by the call that initialised the module; fit anew to change them.")
+        components, X, y_index, classes = _validation.check_fit(self, X, y, reset, classes, fit_params)
+        fitted, history = dict(vars(self)), list(getattr(self, "history_", None) or [])
         if reset:
-            y_index, classes = _validation.encode_labels(y, classes, "classes")
-        else:
-            y_index, classes = _validation.encode_labels(y, self.classes_)
-        if isinstance(components.sigma_search, BaseCertifiedSigma):
-            components.sigma_search.check_before_fit(components.training, torch.from_numpy(X))
-        if reset:
-            fitted, history = dict(vars(self)), list(getattr(self, "history_", None) or [])
             try:
-                self.classes_ = classes
-                self.input_shape_ = X.shape[1:]
+                self.classes_, self.input_shape_ = classes, X.shape[1:]
                 self.n_features_in_ = int(np.prod(self.input_shape_))
                 self.initialize()
                 _validation.check_module_output(self.module_, X, len(self.classes_), self.device)
@@ -334,14 +313,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         # The user's schedule is a parameter: a clone of it carries this run's state
         # (objective, stage), so fit never writes into what was passed.
         self.training_ = clone(components.training)
-        # Training randomness, seeded per run so that a refit repeats and a
-        # partial_fit continues with fresh noise; dropped when pickled.
-        self.noise_generator_ = torch.Generator(device=self.device).manual_seed(
-            self._seed(_stages.TRAIN_NOISE_SALT) + len(self.history))
-        self.shuffle_generator_ = torch.Generator().manual_seed(self._seed(_stages.SHUFFLE_SALT) + len(self.history))
-        X_t, y_t = torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64)
         try:
-            self._run_training(components, X_t, y_t, fit_params)
+            self._run_training(components, torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64),
+                               fit_params)
         except BaseException:  # Ctrl-C in a callback too (one within the epochs ends training, as in skorch)
             # A refit that fails (in a callback, in training, in fitting the sigma function) leaves the
             # fitted estimator as it was, where the refit built a module of its own (a module instance
@@ -354,6 +328,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
 
     def _run_training(self, components, X, y, fit_params):
         """Run the training schedule's clone and fit the certified sigma function, if any, between callbacks."""
+        # Training randomness, seeded per run so that a refit repeats and a
+        # partial_fit continues with fresh noise; dropped when pickled.
+        self.noise_generator_ = torch.Generator(device=self.device).manual_seed(
+            self._seed(_stages.TRAIN_NOISE_SALT) + len(self.history))
+        self.shuffle_generator_ = torch.Generator().manual_seed(self._seed(_stages.SHUFFLE_SALT) + len(self.history))
         self.notify("on_train_begin", X=X, y=y)
         device = torch.device(self.device)
         # The module's own randomness (dropout, ...) uses torch's global
