@@ -7,7 +7,7 @@ from scipy import stats
 from smoothsk._constraints import InvalidParameterError
 from training_support import digits_net, training_digits
 
-from smoothsk.training import FixedSigmaTraining, GaussianNoise, Macer, SmoothAdv
+from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, SmoothAdv
 from smoothsk.objectives._base import gaussian_copies
 
 
@@ -25,6 +25,8 @@ OBJECTIVES = [
     SmoothAdv(epsilon=0.5, steps=2, num_noise=2),
     SmoothAdv(epsilon="adaptive", steps=2, num_noise=2),
     Macer(num_noise=4),
+    Consistency(lbd=5.0),
+    Consistency(lbd=2.0, base=SmoothAdv(epsilon=0.5, steps=2, num_noise=2)),
 ]
 
 

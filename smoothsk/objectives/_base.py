@@ -80,7 +80,33 @@ class BaseObjective(Component):
         """
 
 
-class GaussianNoise(BaseObjective):
+class NoisyCopiesObjective(BaseObjective):
+    """Cross-entropy on ``num_noise`` noisy copies of each input, whose logits :meth:`noisy_logits` gives.
+
+    :class:`Consistency` regularises the copies' predictions of any such objective.
+    """
+
+    @abstractmethod
+    def noisy_logits(self, net, X, y, sigma):
+        """Logits on the noisy copies of one batch.
+
+        Parameters
+        ----------
+        net, X, y, sigma
+            As for :meth:`BaseObjective.loss`.
+
+        Returns
+        -------
+        torch.Tensor, shape (num_noise * batch, n_classes)
+            Row ``k * batch + i``: copy ``k`` of input ``i``.
+        """
+
+    def loss(self, net, X, y, sigma):
+        logits = self.noisy_logits(net, X, y, sigma)
+        return net.criterion_(logits, y.repeat(len(logits) // len(X))), logits[:len(X)]
+
+
+class GaussianNoise(NoisyCopiesObjective):
     """Cross-entropy on Gaussian noisy copies (Cohen et al. 2019 training).
 
     Each sample gets noise of its own sigma, so every schedule shares this
@@ -102,7 +128,5 @@ class GaussianNoise(BaseObjective):
     def __init__(self, num_noise=1):
         self.num_noise = num_noise
 
-    def loss(self, net, X, y, sigma):
-        logits = net.module_(gaussian_copies(net, X, sigma, self.num_noise))
-        loss = net.criterion_(logits, y.repeat(self.num_noise))
-        return loss, logits[:len(X)]
+    def noisy_logits(self, net, X, y, sigma):
+        return net.module_(gaussian_copies(net, X, sigma, self.num_noise))

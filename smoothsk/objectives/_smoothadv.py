@@ -6,10 +6,10 @@ import torch
 from .._constraints import Interval, StrOptions
 
 from .._modes import evaluating
-from ._base import BaseObjective, expand_sigma, gaussian_noise, repeat_inputs
+from ._base import NoisyCopiesObjective, expand_sigma, gaussian_noise, repeat_inputs
 
 
-class SmoothAdv(BaseObjective):
+class SmoothAdv(NoisyCopiesObjective):
     """Cross-entropy on noisy copies of PGD adversarial inputs of the smoothed classifier.
 
     For each input ``x`` with noise level ``sigma`` the objective draws ``m``
@@ -127,10 +127,8 @@ class SmoothAdv(BaseObjective):
                 delta = delta * torch.clamp(radius / norm.clamp_min(1e-12), max=1.0)
         return (X + delta).detach()
 
-    def loss(self, net, X, y, sigma):
+    def noisy_logits(self, net, X, y, sigma):
         noise = gaussian_noise(net, X, sigma, self.num_noise)
         epsilon = self.attack_radius(net, sigma)
         X_adv = self.attack(net, X, y, noise, epsilon) if bool((epsilon > 0).any()) else X
-        logits = net.module_(repeat_inputs(X_adv, self.num_noise) + noise)
-        loss = net.criterion_(logits, y.repeat(self.num_noise))
-        return loss, logits[:len(X)]
+        return net.module_(repeat_inputs(X_adv, self.num_noise) + noise)

@@ -1,6 +1,7 @@
 """Training with per-sample noise: objectives and schedules."""
 
-from ..objectives import BaseObjective, GaussianNoise, Macer, MacerTerms, SmoothAdv
+from ..objectives import (BaseObjective, Consistency, GaussianNoise, Macer, MacerTerms, NoisyCopiesObjective,
+                          SmoothAdv)
 from ._base import BaseTrainingSchedule
 from ._data_dependent import DataDependentTraining
 from ._fixed import FixedSigmaTraining
@@ -10,10 +11,12 @@ from ._stage import Stage
 
 __all__ = [
     "BaseObjective",
+    "NoisyCopiesObjective",
     "GaussianNoise",
     "SmoothAdv",
     "Macer",
     "MacerTerms",
+    "Consistency",
     "BaseTrainingSchedule",
     "Stage",
     "FixedSigmaTraining",
