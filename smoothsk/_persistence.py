@@ -46,7 +46,9 @@ What loading guarantees, whoever wrote the file
   defaults. Classes come from an allow-list (smoothsk's public classes and
   ``torch.optim``'s optimizers, plus those the caller passes), and components
   are rebuilt by calling their class with the saved parameters, which only
-  stores them (scikit-learn's ``__init__`` contract). This follows the line
+  stores them (scikit-learn's ``__init__`` contract): only classes with
+  ``get_params`` are called so, never a module (built only as ``module`` or
+  a selector, under the budget below) or an optimizer. This follows the line
   skops draws with its trusted types, with fewer types: only what a saved
   estimator needs.
 - **No allocation the file's size does not justify.** Tensors are read
@@ -299,6 +301,10 @@ def _decode(value, where, classes, source):
             return _lookup(value["type"], where, classes, source)
         if keys == {"class", "params"} and isinstance(value["params"], dict):
             cls = _lookup(value["class"], where, classes, source)
+            if not hasattr(cls, "get_params") or issubclass(cls, torch.nn.Module):
+                # What _encode writes so: a module is a class ({"type": ...}), never built from the file's values.
+                raise ValueError(f"{source}: parameter {where} names {value['class']} as a component, which it is "
+                                 "not (a scikit-learn-style object with get_params, not a module): nothing was built.")
             params = {key: _decode(item, f"{where}.{key}", classes, source) for key, item in value["params"].items()}
             try:
                 return cls(**params)

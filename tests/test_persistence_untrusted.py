@@ -139,6 +139,16 @@ class TestNothingInAFileRunsCode:
         with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter '{name}' must be "):
             load(evil)
 
+    @pytest.mark.parametrize("name", ["smoothsk.models.FlatMLP", "smoothsk.regions.RegionStore", "torch.optim.SGD"])
+    def test_only_components_are_built_from_the_file_s_values(self, name, flat_mlp_file, tmp_path):
+        """A class on the allow-list is called with the file's values only if it is a component (get_params)."""
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["sampler"] = {"class": name, "params": {"hidden": 10**9}}
+        evil = forge(tmp_path / "evil.safetensors", document, tensors)
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter sampler names {name} as a component, "
+                                             r"which it is not .*nothing was built"):
+            load(evil)
+
     def test_deeply_nested_json_is_refused_in_one_line(self, flat_mlp_file, tmp_path):
         document, tensors = read_file(flat_mlp_file)
         document["params"]["module__hidden"] = json.loads("[" * 50 + "]" * 50)
@@ -194,6 +204,8 @@ def _hostile_files(flat_mlp_file, folder):
         variant("sampler_n", lambda doc: doc["params"].update(
             sampler={"class": "smoothsk.sampling.FixedSampler", "params": {"n": 10**18, "n0": 10}})),
         variant("batch", lambda doc: doc["params"].update(certify_batch_size=10**12)),
+        variant("component", lambda doc: doc["params"].update(
+            sampler={"class": "smoothsk.models.FlatMLP", "params": {"hidden": 10**9}})),
     ])
 
 
@@ -203,7 +215,7 @@ def test_small_files_cannot_make_loading_allocate(flat_mlp_file, tmp_path):
     assert all(path.stat().st_size < 20_000 for path in files.values())
     results = dict(zip(files, refused_in_subprocess(files.values()), strict=True))
     expected = {"wide_labels": "classes_", "hidden": "module_", "blocks": "module_", "input_shape": "input_shape_",
-                "sampler_n": "sampler", "batch": "certify_batch_size"}
+                "sampler_n": "sampler", "batch": "certify_batch_size", "component": "sampler"}
     for name, (error, message, growth) in results.items():
         assert error == "ValueError", f"{name}: {error}: {message[:300]}"
         assert "\n" not in message and f"{name}.safetensors" in message and expected[name] in message, message
