@@ -26,7 +26,7 @@ load = SampleWiseSmoothedClassifier.load
 
 #: Address-space limit of the subprocess that loads memory-hostile files (torch alone maps about 1.5 GB).
 ADDRESS_SPACE_LIMIT = 4 * 2**30
-#: Largest peak-RSS growth allowed while loading a hostile file of under 20 KB.
+#: Largest peak-RSS growth allowed while loading a hostile file of under 40 KB.
 RSS_GROWTH_LIMIT_MB = 200
 
 
@@ -196,6 +196,30 @@ def _hostile_files(flat_mlp_file, folder):
                          .state_dict().items()}}
     resnet_tensors = {name: (np.zeros((0, 3072), np.float32) if name == "regions_.centres" else array)
                       for name, array in resnet_tensors.items()}
+
+    def lazy_probe(doc):  # the lazy layer is materialised on one input: input_shape_ alone sizes it (256 MiB)
+        doc["params"].update(module__hidden=0, certify_batch_size=1)
+        doc["input_shape_"] = [2**26]
+
+    lazy_tensors = {**tensors, "module_.layers.1.weight": np.zeros((0, 2**26), np.float32),
+                    "module_.layers.1.bias": np.zeros(0, np.float32),
+                    "module_.layers.3.weight": np.zeros((2, 0), np.float32),
+                    "regions_.centres": np.zeros((0, 2**26), np.float32)}
+
+    def selector_probe(doc):  # a selector (here the module's class) runs on one input of input_shape_ when built
+        resnet(1)(doc)
+        doc["params"]["certify_batch_size"] = 1
+        doc["input_shape_"] = [3, 4096, 4096]
+        doc["params"]["sigma_search"] = doc["sigma_search_"] = {
+            "class": "smoothsk.sigma.CertifiedSigmaSelector",
+            "params": {"alpha_share": 0.5, "fit_selector": True, "levels": [0.25, 0.5], "n": 10000, "n0": 100,
+                       "selector": None, "selector_epochs": None, "selector_objective": None, "selector_sigma": 0.25,
+                       "target_neighbors": None}}
+
+    selector_tensors = {**resnet_tensors, "regions_.centres": np.zeros((0, 3 * 4096 * 4096), np.float32),
+                        "sigma_search_.levels": np.array([0.25, 0.5]),
+                        **{f"sigma_search_.selector.{key}": value.numpy() for key, value in
+                           CifarResNet(n_classes=2, blocks=1, width=2).state_dict().items()}}
     return dict([
         variant("wide_labels", wide_labels),
         variant("hidden", lambda doc: doc["params"].update(module__hidden=10**9)),
@@ -204,18 +228,22 @@ def _hostile_files(flat_mlp_file, folder):
         variant("sampler_n", lambda doc: doc["params"].update(
             sampler={"class": "smoothsk.sampling.FixedSampler", "params": {"n": 10**18, "n0": 10}})),
         variant("batch", lambda doc: doc["params"].update(certify_batch_size=10**12)),
+        variant("lazy_probe", lazy_probe, lazy_tensors),
+        variant("selector_probe", selector_probe, selector_tensors),
         variant("component", lambda doc: doc["params"].update(
             sampler={"class": "smoothsk.models.FlatMLP", "params": {"hidden": 10**9}})),
     ])
 
 
 def test_small_files_cannot_make_loading_allocate(flat_mlp_file, tmp_path):
-    """Every file is under 20 KB and refused in one line, naming what it asks for, within the RSS bound."""
+    """Every file is under 40 KB (the selector's holds two ResNets) and refused in one line, naming what it asks
+    for, within the RSS bound."""
     files = _hostile_files(flat_mlp_file, tmp_path)
-    assert all(path.stat().st_size < 20_000 for path in files.values())
+    assert all(path.stat().st_size < 40_000 for path in files.values())
     results = dict(zip(files, refused_in_subprocess(files.values()), strict=True))
     expected = {"wide_labels": "classes_", "hidden": "module_", "blocks": "module_", "input_shape": "input_shape_",
-                "sampler_n": "sampler", "batch": "certify_batch_size", "component": "sampler"}
+                "sampler_n": "sampler", "batch": "certify_batch_size", "component": "sampler",
+                "lazy_probe": "module_", "selector_probe": "sigma_search_ selector"}
     for name, (error, message, growth) in results.items():
         assert error == "ValueError", f"{name}: {error}: {message[:300]}"
         assert "\n" not in message and f"{name}.safetensors" in message and expected[name] in message, message
