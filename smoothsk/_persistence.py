@@ -55,11 +55,13 @@ What loading guarantees, whoever wrote the file
   within the file (safetensors checks every offset). The module (and a
   certified sigma function's selector) is built first on torch's ``meta``
   device under an allocation budget derived from the file's tensors of it
-  (:mod:`smoothsk._module_state`: its size plus 64 MiB, and bounded counts of
-  tensors and submodules, enforced at each registration), its ``state_dict``
-  compared with them, and only then built for real. The JSON nests at most
-  :data:`MAX_NESTING` deep; ``classes_``'s string dtype is at most as wide as
-  its longest label or 256 characters; ``input_shape_`` has at most
+  (:mod:`smoothsk._module_state`: its size plus 64 MiB, both for what the
+  build registers and for all the tensors it creates, a probe input through
+  lazy layers and its activations included, and bounded counts of tensors
+  and submodules, enforced at each registration and allocation), its
+  ``state_dict`` compared with them, and only then built for real. The JSON
+  nests at most :data:`MAX_NESTING` deep; ``classes_`` takes at most
+  :data:`MAX_CLASSES_BYTES`; ``input_shape_`` has at most
   :data:`MAX_INPUT_FEATURES` features; ``certify_batch_size`` batches at most
   :data:`MAX_BATCH_BYTES` of noisy inputs; sample sizes are at most
   :data:`~smoothsk._constraints.MAX_SAMPLE_SIZE` (every component is
@@ -156,8 +158,8 @@ from ._digest import value_digest
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
 from .regions import RegionStore
 
-__all__ = ["FORMAT_VERSION", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING", "MIN_KEY_BYTES",
-           "load_estimator", "save_estimator"]
+__all__ = ["FORMAT_VERSION", "MAX_CLASSES_BYTES", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING",
+           "MIN_KEY_BYTES", "load_estimator", "save_estimator"]
 
 #: Version of the file layout that saving writes and loading reads; any other is refused.
 FORMAT_VERSION = 3
@@ -172,7 +174,8 @@ MIN_KEY_BYTES = 16
 MAX_NESTING = 16
 MAX_INPUT_FEATURES = 2**26
 MAX_BATCH_BYTES = 2**30
-_MAX_LABEL_CHARACTERS = 256
+#: ``classes_``'s array: its labels times its dtype's width (a string dtype is as wide as its longest label).
+MAX_CLASSES_BYTES = 64 * 2**20
 
 #: The parameters a file may set, by the kind of value each takes (see "Parameters a file may set").
 _PLAIN_PARAMETERS = frozenset({"alpha", "batch_size", "certify_autocast", "certify_batch_size", "device", "lr",
@@ -680,16 +683,20 @@ def _decode_classes(spec, source):
         dtype = None
     values = spec["values"]
     plain = all(isinstance(v, (bool, int, float, str)) for v in values)
-    if dtype is not None and dtype.kind == "U" and dtype.itemsize // 4 > max(
-            _MAX_LABEL_CHARACTERS, *(len(value) for value in values if isinstance(value, str))):
-        raise ValueError(f"{source}: classes_ has dtype {spec['dtype']!r}, wider than its labels need (at most "
-                         f"{_MAX_LABEL_CHARACTERS} characters or the longest label).")
+    if dtype is not None and len(values) * dtype.itemsize > MAX_CLASSES_BYTES:
+        raise ValueError(f"{source}: classes_ of {len(values)} labels of dtype {spec['dtype']!r} would take "
+                         f"{len(values) * dtype.itemsize / 2**20:.3g} MiB, over the {MAX_CLASSES_BYTES // 2**20} MiB "
+                         "a model file may ask for.")
     if dtype is None or dtype.kind not in "biufUO" or len(values) < 2 or not plain:
         raise ValueError(f"{source}: classes_ is malformed: expected at least 2 labels (numbers or strings) "
                          f"of a bool, int, float, string or object dtype; got {spec!r}.")
     classes = np.empty(len(values), dtype=dtype)
-    classes[:] = values
-    if classes.tolist() != values:
+    with np.errstate(all="ignore"):
+        try:
+            classes[:] = values
+        except (OverflowError, ValueError, TypeError):  # an int out of its dtype's range, a string in a number dtype
+            classes = None
+    if classes is None or classes.tolist() != values:
         raise ValueError(f"{source}: classes_ values {values!r} do not fit their dtype {spec['dtype']!r}.")
     return classes
 

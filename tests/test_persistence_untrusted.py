@@ -14,8 +14,9 @@ import textwrap
 
 import numpy as np
 import pytest
+import torch
 from safetensors import safe_open
-from safetensors.numpy import save_file
+from safetensors.torch import save_file
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.models import CifarResNet, FlatMLP
@@ -39,13 +40,16 @@ def read_file(path):
 
 
 def forge(path, document, tensors):
-    """Write ``document`` and ``tensors`` as an unkeyed model file with a valid digest, as a forger can."""
-    document = {**document, "tensors": {name: {"dtype": str(array.dtype), "shape": list(array.shape)}
-                                        for name, array in tensors.items()}}
+    """Write ``document`` and ``tensors`` (arrays or torch tensors) as an unkeyed model file with a valid digest, as
+    a forger can."""
+    tensors = {name: torch.as_tensor(array).clone() for name, array in tensors.items()}
+    document = {**document, "tensors": {name: {"dtype": str(tensor.dtype).removeprefix("torch."),
+                                               "shape": list(tensor.shape)} for name, tensor in tensors.items()}}
     text = json.dumps(document, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(text.encode())
     for name in sorted(tensors):
-        digest.update(np.ascontiguousarray(tensors[name]).tobytes())
+        if tensors[name].numel():  # an empty tensor has no bytes (and no byte view)
+            digest.update(tensors[name].reshape(-1).view(torch.uint8).numpy())
     save_file(tensors, path, metadata={"smoothsk": text, "smoothsk_sha256": digest.hexdigest()})
     return path
 
@@ -161,10 +165,24 @@ class TestNothingInAFileRunsCode:
         digest = hashlib.sha256(text.encode())
         for name in sorted(tensors):
             digest.update(np.ascontiguousarray(tensors[name]).tobytes())
-        save_file(tensors, tmp_path / "deep.safetensors", metadata={"smoothsk": text,
-                                                                     "smoothsk_sha256": digest.hexdigest()})
+        save_file({name: torch.as_tensor(array) for name, array in tensors.items()}, tmp_path / "deep.safetensors",
+                  metadata={"smoothsk": text, "smoothsk_sha256": digest.hexdigest()})
         with pytest.raises(ValueError, match=r"deep\.safetensors: "):
             load(tmp_path / "deep.safetensors")
+
+
+# ------------------------------------------------------------------ one clear error
+
+class TestOneClearError:
+    """What a file holds that loading cannot use is refused by loading, in one ValueError naming the file."""
+
+    @pytest.mark.parametrize(("dtype", "values"), [("<i8", [2**63, 1]), ("|i1", [300, 1]), ("<u8", [-1, 1])])
+    def test_labels_out_of_their_dtype_s_range_are_refused(self, dtype, values, flat_mlp_file, tmp_path):
+        """numpy raised OverflowError putting them in their array."""
+        document, tensors = read_file(flat_mlp_file)
+        document["classes_"] = {"dtype": dtype, "values": values}
+        with pytest.raises(ValueError, match=r"evil\.safetensors: classes_ values .* do not fit their dtype"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
 
 
 # ------------------------------------------------------------------ allocation
@@ -248,6 +266,18 @@ def test_small_files_cannot_make_loading_allocate(flat_mlp_file, tmp_path):
         assert error == "ValueError", f"{name}: {error}: {message[:300]}"
         assert "\n" not in message and f"{name}.safetensors" in message and expected[name] in message, message
         assert growth < RSS_GROWTH_LIMIT_MB, f"{name}: peak RSS grew by {growth:.0f} MB"
+
+
+def test_many_labels_cannot_widen_one_another(flat_mlp_file, tmp_path):
+    """A string dtype is as wide as the longest label, for every label: 5,000 labels and one of 50,000 characters
+    (a 90 KB file) asked for 1 GB."""
+    document, tensors = read_file(flat_mlp_file)
+    document["classes_"] = {"dtype": "<U50000", "values": ["x" * 50_000] + [str(i) for i in range(5000)]}
+    path = forge(tmp_path / "labels.safetensors", document, tensors)
+    assert path.stat().st_size < 100_000
+    ((error, message, growth),) = refused_in_subprocess([path])
+    assert error == "ValueError" and "labels.safetensors: classes_ of 5001 labels" in message, message[:300]
+    assert growth < RSS_GROWTH_LIMIT_MB, f"peak RSS grew by {growth:.0f} MB"
 
 
 # -------------------------------------------------------------- authentication
