@@ -156,6 +156,7 @@ from . import models, regions, sampling, sigma, training
 from ._atomic import atomic_file, unwritable_reason
 from ._digest import value_digest
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
+from .certificates import ABSTAIN
 from .regions import RegionStore
 
 __all__ = ["FORMAT_VERSION", "MAX_CLASSES_BYTES", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING",
@@ -653,13 +654,22 @@ def _same(computed, recorded):
     return hmac.compare_digest(computed.encode(), recorded.encode("utf-8", "replace"))
 
 
+def _integer(text):
+    """A JSON integer of at most 64 bits (signed or not): no saved value is larger, and float() takes any of them."""
+    value = int(text)
+    if not -2**63 <= value < 2**64:
+        raise ValueError(f"the integer {text[:20]}... has more than 64 bits")
+    return value
+
+
 def _parse(text, path):
-    """The JSON object ``text``, nested at most :data:`MAX_NESTING` deep."""
+    """The JSON object ``text``, nested at most :data:`MAX_NESTING` deep, its integers of at most 64 bits."""
     try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        document = json.loads(text, parse_int=_integer)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError, and so is int()'s digit limit
         raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not valid JSON nested at most "
-                         f"{MAX_NESTING} deep ({type(exc).__name__}).") from None
+                         f"{MAX_NESTING} deep with integers of at most 64 bits ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}).") from None
     if not isinstance(document, dict):
         raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not a JSON object.")
     level, depth = [document], 1
@@ -715,10 +725,25 @@ def _prefixed(tensors, prefix):
     return {name[len(prefix):]: tensor for name, tensor in tensors.items() if name.startswith(prefix)}
 
 
-def _decode_regions(attributes, tensors, n_features, source):
-    """The region store, its arrays checked against an empty store's names, dtypes and row shapes."""
+def _array(tensors, name, source):
+    """The file's tensor ``name`` as a numpy array; refused where numpy has no such dtype (bfloat16, float8)."""
+    try:
+        return tensors[name].numpy()
+    except TypeError:
+        raise ValueError(f"{source}: tensor {name!r} has dtype {tensors[name].dtype}, which no fitted array outside "
+                         "a module has.") from None
+
+
+def _decode_regions(attributes, tensors, n_features, n_classes, source):
+    """The region store, its arrays checked against an empty store's names, dtypes and row shapes, and its values.
+
+    A region's values are those of a certificate: a finite centre, a radius
+    >= 0, a finite sigma > 0, the index of a class (or ``ABSTAIN``) and a
+    probability bound in [0, 1]; ``n_calls`` is >= 0.
+    """
     template_arrays, template_attributes = RegionStore.empty(n_features).to_arrays()
-    saved = {name: tensor.numpy() for name, tensor in _prefixed(tensors, _REGIONS_PREFIX).items()}
+    saved = {name: _array(tensors, _REGIONS_PREFIX + name, source)
+             for name in _prefixed(tensors, _REGIONS_PREFIX)}
     if set(saved) != set(template_arrays):
         raise ValueError(f"{source}: the region arrays are {sorted(saved)}; expected {sorted(template_arrays)}.")
     for name, template in template_arrays.items():
@@ -734,6 +759,17 @@ def _decode_regions(attributes, tensors, n_features, source):
             for name, template in template_attributes.items())):
         raise ValueError(f"{source}: the region attributes {attributes!r} do not match "
                          f"{ {name: type(value).__name__ for name, value in template_attributes.items()} }.")
+    invalid = [name for name, valid in [
+        ("centres", np.isfinite(saved["centres"]).all()),
+        ("radii", (saved["radii"] >= 0).all()),
+        ("sigmas", (np.isfinite(saved["sigmas"]) & (saved["sigmas"] > 0)).all()),
+        ("predictions", ((saved["predictions"] >= ABSTAIN) & (saved["predictions"] < n_classes)).all()),
+        ("p_lowers", ((saved["p_lowers"] >= 0) & (saved["p_lowers"] <= 1)).all()),
+        ("n_calls", attributes["n_calls"] >= 0)] if not valid]
+    if invalid:
+        raise ValueError(f"{source}: the region store's {', '.join(invalid)} hold values no certificate has (finite "
+                         "centres, radii >= 0, finite sigmas > 0, predictions ABSTAIN or a class index below "
+                         f"{n_classes}, p_lowers in [0, 1], n_calls >= 0).")
     return RegionStore.from_arrays(saved, attributes)
 
 
@@ -872,14 +908,19 @@ def _rebuild(cls, document, tensors, source, module, classes):
         _built(estimator.initialize, source)  # skorch refuses parameters its class does not take here
     load_module_state(estimator.module_, saved_module, source)
     if _TRAIN_SIGMAS in tensors:
-        train_sigmas = tensors[_TRAIN_SIGMAS].numpy()
+        train_sigmas = _array(tensors, _TRAIN_SIGMAS, source)
         if train_sigmas.ndim != 1 or train_sigmas.dtype.kind != "f":
             raise ValueError(f"{source}: train_sigmas_ must be a 1-d float array; got dtype "
                              f"{train_sigmas.dtype} and shape {train_sigmas.shape}.")
         estimator.train_sigmas_ = train_sigmas
     if _TRAIN_KEYS in tensors:  # whose sigmas train_sigmas_ are, for a later partial_fit
-        estimator.train_keys_ = tensors[_TRAIN_KEYS].numpy()
-    estimator.regions_ = _decode_regions(document.get("regions_"), tensors, estimator.n_features_in_, source)
+        train_keys, train_sigmas = _array(tensors, _TRAIN_KEYS, source), getattr(estimator, "train_sigmas_", None)
+        if train_keys.dtype != np.uint64 or train_sigmas is None or train_keys.shape != train_sigmas.shape:
+            raise ValueError(f"{source}: train_keys_ must be a uint64 array of train_sigmas_'s shape; got dtype "
+                             f"{train_keys.dtype} and shape {train_keys.shape}.")
+        estimator.train_keys_ = train_keys
+    estimator.regions_ = _decode_regions(document.get("regions_"), tensors, estimator.n_features_in_,
+                                         len(classes_), source)
     estimator.history = History(history)
     _decode_sigma_function(estimator, document.get("sigma_search_"), _prefixed(tensors, _SIGMA_FUNCTION_PREFIX),
                            classes, source)
@@ -891,7 +932,7 @@ def _built(build, source):
     try:
         return build()
     except ValueError as exc:
-        if str(exc).startswith(source):
+        if str(exc).startswith(source) and "\n" not in str(exc):
             raise
         error = exc
     except (TypeError, RuntimeError, AttributeError, LookupError, ArithmeticError, MemoryError) as exc:
@@ -929,4 +970,4 @@ def _decode_sigma_function(estimator, saved, arrays, classes, source):
     if not callable(getattr(sigma_function, "restore_fitted", None)):
         raise ValueError(f"{source}: sigma_search_ is a {type(sigma_function).__name__}, which is not a certified "
                          "sigma function whose fitted state a file holds.")
-    estimator.sigma_search_ = sigma_function.restore_fitted(estimator, arrays, source)
+    estimator.sigma_search_ = _built(lambda: sigma_function.restore_fitted(estimator, arrays, source), source)

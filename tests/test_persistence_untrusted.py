@@ -173,8 +173,34 @@ class TestNothingInAFileRunsCode:
 
 # ------------------------------------------------------------------ one clear error
 
+def _one_region(tensors, **values):
+    """``tensors`` with a region store of one region (a valid certificate, unless ``values`` replace some)."""
+    region = {"centres": np.zeros((1, 6), np.float32), "radii": np.array([0.5]), "sigmas": np.array([0.25]),
+              "predictions": np.array([1]), "p_lowers": np.array([0.9])}
+    return {**tensors, **{f"regions_.{name}": values.get(name, array) for name, array in region.items()}}
+
+
 class TestOneClearError:
     """What a file holds that loading cannot use is refused by loading, in one ValueError naming the file."""
+
+    @pytest.mark.parametrize(("edit", "why"), [
+        (lambda text: text.replace('"module__hidden":8', '"module__hidden":' + "9" * 5000), "digits"),
+        (lambda text: text.replace('"sigma":0.25', '"sigma":' + str(10**30)), "64 bits"),
+    ])
+    def test_integers_beyond_64_bits_are_refused(self, edit, why, flat_mlp_file, tmp_path):
+        """Python's int() refuses over 4300 digits (a ValueError not naming the file); a shorter huge sigma passed
+        validation as a Real and raised OverflowError in certify."""
+        document, tensors = read_file(flat_mlp_file)
+        text = edit(json.dumps(document, sort_keys=True, separators=(",", ":")))
+        digest = hashlib.sha256(text.encode())
+        for name in sorted(tensors):
+            digest.update(np.ascontiguousarray(tensors[name]).tobytes())
+        path = tmp_path / "evil.safetensors"
+        save_file({name: torch.as_tensor(array) for name, array in tensors.items()}, path,
+                  metadata={"smoothsk": text, "smoothsk_sha256": digest.hexdigest()})
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: .*integers of at most 64 bits.*{why}") as refusal:
+            load(path)
+        assert "\n" not in str(refusal.value)
 
     @pytest.mark.parametrize(("dtype", "values"), [("<i8", [2**63, 1]), ("|i1", [300, 1]), ("<u8", [-1, 1])])
     def test_labels_out_of_their_dtype_s_range_are_refused(self, dtype, values, flat_mlp_file, tmp_path):
@@ -182,6 +208,67 @@ class TestOneClearError:
         document, tensors = read_file(flat_mlp_file)
         document["classes_"] = {"dtype": dtype, "values": values}
         with pytest.raises(ValueError, match=r"evil\.safetensors: classes_ values .* do not fit their dtype"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+
+    @pytest.mark.parametrize(("edit", "cause"), [
+        (lambda document, tensors: tensors["sigma_search_.training_inputs"].__setitem__((0, 0), np.nan), "NaN"),
+        (lambda document, tensors: document["sigma_search_"]["params"].update(k=0), "n_neighbors"),
+    ])
+    def test_a_fitted_sigma_function_s_refusal_names_the_file(self, edit, cause, flat_mlp_file, tmp_path):
+        """restore_fitted's own errors (here scikit-learn's, over several lines) become one naming the file."""
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["sigma_search"], document["sigma_search_"] = (
+            {"class": "smoothsk.sigma.SemiElasticSigma",
+             "params": {"base_sigma": 0.25, "k": 3, "offset": None, "r": 0.05}} for _ in range(2))
+        tensors = {**tensors, "sigma_search_.training_inputs": np.random.RandomState(0).rand(40, 6),
+                   "sigma_search_.offset": np.array(0.5)}
+        load(forge(tmp_path / "valid.safetensors", document, tensors))
+        edit(document, tensors)
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: .*{cause}") as refusal:
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+        assert "\n" not in str(refusal.value)
+
+    def test_a_refusal_over_several_lines_becomes_one(self, flat_mlp_file, tmp_path):
+        """CertifiedSigmaSelector's refusal of its levels shows them, a 2-d tensor over several lines."""
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["sigma_search"], document["sigma_search_"] = (
+            {"class": "smoothsk.sigma.CertifiedSigmaSelector", "params": {"levels": [0.25, 0.5]}} for _ in range(2))
+        tensors = {**tensors, "sigma_search_.levels": np.zeros((2, 2), np.float16)}
+        with pytest.raises(ValueError, match=r"evil\.safetensors: .*sigma_search_ levels must be") as refusal:
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+        assert "\n" not in str(refusal.value)
+
+    @pytest.mark.parametrize("name", ["train_sigmas_", "train_keys_", "regions_.radii"])
+    def test_arrays_in_dtypes_numpy_lacks_are_refused(self, name, flat_mlp_file, tmp_path):
+        """A bfloat16 array outside the module raised TypeError (numpy has no bfloat16)."""
+        document, tensors = read_file(flat_mlp_file)
+        tensors = {**tensors, name: torch.as_tensor(tensors[name].astype(np.float32)).to(torch.bfloat16)}
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: tensor '{name}' has dtype torch.bfloat16"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+
+    def test_train_keys_must_be_uint64_keys_of_the_train_sigmas(self, flat_mlp_file, tmp_path):
+        document, tensors = read_file(flat_mlp_file)
+        for keys in (np.zeros((2, 3), np.float32), np.zeros(3, np.uint64)):
+            with pytest.raises(ValueError, match=r"evil\.safetensors: train_keys_ must be a uint64 array of "
+                                                 r"train_sigmas_'s shape"):
+                load(forge(tmp_path / "evil.safetensors", document, {**tensors, "train_keys_": keys}))
+
+    @pytest.mark.parametrize(("name", "value"), [
+        ("predictions", np.array([7])), ("predictions", np.array([-2])), ("radii", np.array([np.nan])),
+        ("radii", np.array([-1.0])), ("sigmas", np.array([0.0])), ("sigmas", np.array([np.inf])),
+        ("p_lowers", np.array([1.5])), ("centres", np.full((1, 6), np.inf, np.float32)), ("n_calls", -1),
+    ])
+    def test_regions_hold_the_values_of_certificates(self, name, value, flat_mlp_file, tmp_path):
+        """A region predicting class 7 of 2 loaded, then MemoryAllocator's certify raised IndexError."""
+        document, tensors = read_file(flat_mlp_file)
+        load(forge(tmp_path / "valid.safetensors", document, _one_region(tensors)))
+        if name == "n_calls":
+            document["regions_"]["n_calls"] = value
+            tensors = _one_region(tensors)
+        else:
+            tensors = _one_region(tensors, **{name: value})
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: the region store's {name} hold values no "
+                                             "certificate has"):
             load(forge(tmp_path / "evil.safetensors", document, tensors))
 
 
