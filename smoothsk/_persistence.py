@@ -944,12 +944,8 @@ def _built(build, source):
 def _check_sizes(estimator, source):
     """Refuse saved components and settings that are invalid or would allocate more than a model file may ask."""
     for name in sorted(_COMPONENT_PARAMETERS):
-        component = getattr(estimator, name)
-        if component is not None:
-            try:
-                component.validate()
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{source}: parameter {name!r} is invalid: {' '.join(str(exc).split())}") from None
+        if getattr(estimator, name) is not None:
+            _validate(getattr(estimator, name), name, source)
     _built(estimator._validate_smoothing_params, source)
     batch_bytes = estimator.certify_batch_size * estimator.n_features_in_ * 4
     if batch_bytes > MAX_BATCH_BYTES:
@@ -957,6 +953,14 @@ def _check_sizes(estimator, source):
                          f"{batch_bytes / 2**30:.3g} GiB of noisy inputs, over the {MAX_BATCH_BYTES // 2**30} GiB a "
                          "model file may ask for; save a smaller one and set yours after loading "
                          "(set_params(certify_batch_size=...)).")
+
+
+def _validate(component, name, source):
+    """``component.validate()``, its refusal one ValueError naming ``source`` and ``name``."""
+    try:
+        component.validate()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{source}: parameter {name!r} is invalid: {' '.join(str(exc).split())}") from None
 
 
 def _decode_sigma_function(estimator, saved, arrays, classes, source):
@@ -970,4 +974,5 @@ def _decode_sigma_function(estimator, saved, arrays, classes, source):
     if not callable(getattr(sigma_function, "restore_fitted", None)):
         raise ValueError(f"{source}: sigma_search_ is a {type(sigma_function).__name__}, which is not a certified "
                          "sigma function whose fitted state a file holds.")
+    _validate(sigma_function, "sigma_search_", source)  # as the sigma_search parameter is (_check_sizes)
     estimator.sigma_search_ = _built(lambda: sigma_function.restore_fitted(estimator, arrays, source), source)

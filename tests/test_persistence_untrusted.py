@@ -212,7 +212,7 @@ class TestOneClearError:
 
     @pytest.mark.parametrize(("edit", "cause"), [
         (lambda document, tensors: tensors["sigma_search_.training_inputs"].__setitem__((0, 0), np.nan), "NaN"),
-        (lambda document, tensors: document["sigma_search_"]["params"].update(k=0), "n_neighbors"),
+        (lambda document, tensors: tensors["sigma_search_.training_inputs"].__setitem__((0, 0), np.inf), "infinity"),
     ])
     def test_a_fitted_sigma_function_s_refusal_names_the_file(self, edit, cause, flat_mlp_file, tmp_path):
         """restore_fitted's own errors (here scikit-learn's, over several lines) become one naming the file."""
@@ -227,6 +227,18 @@ class TestOneClearError:
         with pytest.raises(ValueError, match=rf"evil\.safetensors: .*{cause}") as refusal:
             load(forge(tmp_path / "evil.safetensors", document, tensors))
         assert "\n" not in str(refusal.value)
+
+    @pytest.mark.parametrize(("name", "value"), [("alpha_share", {"type": "smoothsk.models.FlatMLP"}), ("n", 10**18)])
+    def test_the_fitted_sigma_function_s_parameters_are_validated(self, name, value, flat_mlp_file, tmp_path):
+        """sigma_search_'s parameters, like sigma_search's: a class as alpha_share, 10**18 samples loaded."""
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["sigma_search"], document["sigma_search_"] = (
+            {"class": "smoothsk.sigma.CertifiedSigmaSelector", "params": {"levels": [0.25]}} for _ in range(2))
+        tensors = {**tensors, "sigma_search_.levels": np.array([0.25])}
+        load(forge(tmp_path / "valid.safetensors", document, tensors))
+        document["sigma_search_"]["params"][name] = value
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter 'sigma_search_' is invalid: .*'{name}'"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
 
     def test_a_refusal_over_several_lines_becomes_one(self, flat_mlp_file, tmp_path):
         """CertifiedSigmaSelector's refusal of its levels shows them, a 2-d tensor over several lines."""
