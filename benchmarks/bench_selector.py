@@ -74,7 +74,7 @@ from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.models import DigitsCNN, FlatMLP
 from smoothsk.regions import NoRegions, OnlineBallAllocator
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GridSigmaSearch, SemiElasticSigma
+from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GridSigmaSearch, SemiElasticSigma, SigmaFitContext
 from smoothsk.statistics import certified_radius
 from smoothsk.training import FixedSigmaTraining, GaussianNoise, PretrainFinetune
 
@@ -174,7 +174,8 @@ def make_classifier(module, module_params, epochs, n_cert, sigma, selector=None,
 
 def refit_selector(clf, selector, X, y):
     """Fit ``selector`` on the trained ``clf`` as ``fit`` does after training, and install it as its sigma search."""
-    clf.sigma_search_ = clone(selector).fit_sigma(clf, torch.from_numpy(np.asarray(X, dtype=np.float32)),
+    clf.sigma_search_ = clone(selector).fit_sigma(SigmaFitContext.from_estimator(clf),
+                                                 torch.from_numpy(np.asarray(X, dtype=np.float32)),
                                                  torch.as_tensor(y, dtype=torch.int64))
     clf.set_params(sigma_search=selector)
 
@@ -334,7 +335,8 @@ def run_task(name, X, y, module, module_params, epochs, n_test, n_cert, n_sel, c
     # SemiElasticSigma learns only from the training inputs (no weights): fit it on the PFAT classifier as
     # fit would (a clone kept as sigma_search_), certify, then give the selector its fitted state back.
     semi_elastic = SemiElasticSigma(base_sigma=0.5, r=0.01, k=20)
-    selector_state, clf.sigma_search_ = clf.sigma_search_, clone(semi_elastic).fit_sigma(clf, X_train, y_train)
+    selector_state = clf.sigma_search_
+    clf.sigma_search_ = clone(semi_elastic).fit_sigma(SigmaFitContext.from_estimator(clf), X_train, y_train)
     rows["SemiElasticSigma base=0.5 r=0.01 k=20 (sound for G, stateless)"] = {
         **certify(clf, semi_elastic, NoRegions(), X_test, y_test), **pfat}
     clf.sigma_search_ = selector_state

@@ -44,6 +44,7 @@ from smoothsk.datasets import load_digits_images
 from smoothsk.engine import MonteCarloEngine
 from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
+from smoothsk.sampling._spending import PriorSpending
 from smoothsk.statistics import certified_radius, clopper_pearson_lower
 from smoothsk.training import FixedSigmaTraining
 
@@ -244,6 +245,17 @@ def oracle_size(p, sigma, level, n_max):
     return np.where(target > 0, high, 0)
 
 
+class KnownFrequencySpending(PriorSpending):
+    """The "prior" strategy with every posterior quantile at ``known_p``."""
+
+    def __init__(self, known_p, *args):
+        super().__init__(*args)
+        self.known_p = known_p
+
+    def posterior_quantiles(self, selected, quantiles):
+        return np.full((len(selected), len(quantiles)), self.known_p)
+
+
 class KnownFrequencyPrior(SequentialSampler):
     """``alpha_spending="prior"`` with every posterior quantile at the true pA (set ``known_p`` first).
 
@@ -252,8 +264,9 @@ class KnownFrequencyPrior(SequentialSampler):
 
     known_p = None
 
-    def _posterior_quantiles(self, selected, quantiles):
-        return np.full((len(selected), len(quantiles)), self.known_p)
+    def _spending(self, rule):
+        prior = super()._spending(rule)
+        return KnownFrequencySpending(self.known_p, prior.rule, prior.n0, prior.geometric, prior.sequence)
 
 
 def bench_oracle(n_max, n_streams, seed_offset):

@@ -2,7 +2,7 @@
 
 from .certificates import ABSTAIN, Certificates
 from .estimator import SampleWiseSmoothedClassifier
+from ._version import __version__
 from .pipeline import certify
 
-__version__ = "0.1.0"
 __all__ = ["ABSTAIN", "Certificates", "SampleWiseSmoothedClassifier", "certify", "__version__"]

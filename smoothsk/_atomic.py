@@ -2,10 +2,14 @@
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 __all__ = ["atomic_file", "unwritable_reason"]
+
+#: Why an existing file that is not a regular file is never written (:func:`unwritable_reason`).
+NOT_REGULAR = "it is not a regular file (a device, FIFO or socket)"
 
 
 def _umask():
@@ -15,8 +19,23 @@ def _umask():
     return umask
 
 
+def _existing(path):
+    """``os.stat`` of the resolved ``path``, or None where there is no file; refuses one that is not regular."""
+    try:
+        status = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # no file yet, or no folder (refused where it is made)
+        return None
+    if not stat.S_ISREG(status.st_mode):
+        raise ValueError(f"{path}: {NOT_REGULAR}; only regular files are written.")
+    return status
+
+
 def unwritable_reason(path):
     """Why :func:`atomic_file` could not write ``path``, or None: checked before any expensive work.
+
+    A file is created in the folder and removed again, so whatever would
+    make the write fail there (a read-only file system, a folder of
+    ``/proc``) fails here.
 
     Parameters
     ----------
@@ -25,20 +44,30 @@ def unwritable_reason(path):
     Returns
     -------
     str or None
-        ``"it is a directory"``, or that the folder it would be written in
-        (a symbolic link's target's) does not exist, is not a directory or is
-        not writable.
+        ``"it is a directory"``, :data:`NOT_REGULAR` (an existing device
+        node, FIFO or socket: ``/dev/stdout`` on a terminal), or that the
+        folder it would be written in (a symbolic link's target's) does not
+        exist, is not a directory or is not writable.
     """
     path = Path(path)
     if path.is_dir():
         return "it is a directory"
-    folder = path.resolve().parent
+    resolved = path.resolve()
+    try:
+        _existing(resolved)
+    except ValueError:
+        return NOT_REGULAR
+    folder = resolved.parent
     if not folder.exists():
         return f"its folder {str(folder)!r} does not exist"
     if not folder.is_dir():
         return f"{str(folder)!r} is not a directory"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"its folder {str(folder)!r} is not writable"
+    try:
+        handle, probe = tempfile.mkstemp(prefix=resolved.name + ".", suffix=".tmp", dir=folder)
+    except OSError as error:
+        return f"its folder {str(folder)!r} is not writable (creating a file there failed: {error.strerror})"
+    os.close(handle)
+    os.unlink(probe)
     return None
 
 
@@ -49,8 +78,10 @@ def atomic_file(path, mode="wb", **open_kwargs):
     A reader of ``path`` sees the old file or the whole new one, never part
     of it, even if the process dies while writing (``os.replace`` is atomic
     within a folder; the data is synced to disk first). A symbolic link is
-    followed: its target is replaced. The file gets the permissions a plain
-    ``open`` would give it (0o666 less the umask).
+    followed: its target is replaced. A file that is rewritten keeps its
+    permission bits (and, where the process may set them, its owner and
+    group); a new file gets the permissions a plain ``open`` would give it
+    (0o666 less the umask).
 
     Parameters
     ----------
@@ -64,11 +95,23 @@ def atomic_file(path, mode="wb", **open_kwargs):
     Yields
     ------
     file object
+
+    Raises
+    ------
+    ValueError
+        Before anything is written, where ``path`` is an existing file that
+        is not a regular file (a device node, FIFO or socket).
     """
     path = Path(path).resolve()  # a symbolic link: its target is replaced, in the target's folder
+    existing = _existing(path)
     handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's 0o600 -> what open() would have created
+        if existing is None:
+            os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's 0o600 -> what open() would have created
+        else:
+            with contextlib.suppress(OSError):  # best effort: only root may give a file to another user
+                os.chown(temporary, existing.st_uid, existing.st_gid)
+            os.chmod(temporary, stat.S_IMODE(existing.st_mode))  # after chown, which clears set-id bits
         with os.fdopen(handle, mode, **open_kwargs) as file:
             yield file
             file.flush()

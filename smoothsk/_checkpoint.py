@@ -13,6 +13,23 @@ A certificate is a claim about one model with one set of parameters and one
 region store: a checkpoint is resumed only by the run it was written for,
 and refused, never overwritten, otherwise.
 
+Any file may be hostile, and its fingerprint is no signature, so a file is
+read within bounds the run sets and its contents are checked before any
+sampling (:mod:`smoothsk._npz` checks every member's sizes in the zip
+directory and ``.npy`` header before reading it): the header is at most
+:data:`MAX_HEADER_BYTES`; each certificate array must be declared 1-d, of
+``chunks_done * checkpoint_every`` rows (``n_inputs`` for the last chunk)
+and of an integer or float dtype as the field is; the region arrays have at
+most one row per input more than ``regions_`` and its row shape. Then the
+header's entries must be what a run writes (``chunks_done`` within the
+run's chunks, ``root_seed`` an int seed, the store's attributes of their
+types), and the certificates what a run at this ``alpha`` makes:
+predictions class indices or ``ABSTAIN``, sigma finite and positive, counts
+``>= 0``, ``p_lower`` in [0, 1], region indices into the recorded store,
+radii finite, ``>= 0``, 0 where abstained and at most the largest radius
+the input's sigma and ``n_samples`` certify (all samples of one class). Any
+other file is refused with a one-line ``ValueError`` naming it.
+
 Region store protocol: every chunk is certified against a copy of the store
 and the copy becomes the estimator's store only once the checkpoint that
 records the chunk is on disk. A crash inside a chunk therefore leaves the
@@ -30,10 +47,11 @@ refused: resuming would mix certificates made against different stores.
 """
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
-import zipfile
+import reprlib
 from numbers import Integral
 from pathlib import Path
 
@@ -41,8 +59,11 @@ import joblib
 import numpy as np
 
 from ._atomic import atomic_file, unwritable_reason
-from .certificates import Certificates
 from ._digest import module_fingerprint, value_digest
+from ._npz import NpzArchive
+from ._version import __version__
+from .certificates import ABSTAIN, Certificates
+from .statistics import certified_radius, clopper_pearson_lower, first_offender
 
 FORMAT = "smoothsk certify checkpoint"
 FORMAT_VERSION = 1
@@ -59,14 +80,14 @@ _PART_NAMES = {
     "version": "the smoothsk version",
 }
 _START_OVER = "delete {path} to start over, or pass another path as checkpoint="
+#: Most bytes of JSON header read (a run's header takes a few kilobytes).
+MAX_HEADER_BYTES = 1 << 20
+#: The certificate arrays of integer dtype; the others are float.
+_INTEGER_FIELDS = ("prediction", "n_samples", "search_steps", "region", "sigma_samples")
+#: Relative slack of the largest-radius check: rounding only (radii come from the very formula it uses).
+_RADIUS_RTOL = 1e-9
 #: Parameters certificates do not depend on (tested): left out of the fingerprint.
 _NOT_IN_CERTIFICATES = ("verbose", "n_jobs", "certify_batch_size")
-
-
-def _library_version():
-    from . import __version__  # at call time: the package imports this module before defining it
-
-    return __version__
 
 
 def check_chunk_size(checkpoint_every):
@@ -87,10 +108,13 @@ def check_chunk_size(checkpoint_every):
 
 
 def check_path(checkpoint):
-    """Validate the ``checkpoint`` argument; returns it as a Path.
+    """Validate the ``checkpoint`` argument; returns the file it names, symbolic links resolved.
 
     The file is written in its folder (a temporary file, then a rename), so
     the folder must exist and be writable: checked here, before any sampling.
+    The run reads, writes and finally removes the returned path: a symbolic
+    link (dangling or not) is resolved once, here, so the file removed at the
+    end is the one the chunks were written to (the link is left as it is).
 
     Parameters
     ----------
@@ -99,14 +123,14 @@ def check_path(checkpoint):
     Returns
     -------
     Path
+        Absolute, with every symbolic link resolved.
     """
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise TypeError(f"checkpoint must be a file path (str or os.PathLike), got {checkpoint!r}.")
-    path = Path(checkpoint)
-    reason = unwritable_reason(path)
+    reason = unwritable_reason(checkpoint)
     if reason is not None:
-        raise ValueError(f"checkpoint {str(path)!r} cannot be written: {reason}.")
-    return path
+        raise ValueError(f"checkpoint {str(checkpoint)!r} cannot be written: {reason}.")
+    return Path(checkpoint).resolve()
 
 
 def _hash_arrays(named_arrays):
@@ -206,43 +230,153 @@ def _refuse(path, what):
     return ValueError(f"{path} is {what}; " + _START_OVER.format(path=path) + ".")
 
 
-def _read(path, parts):
-    """Header and arrays of the checkpoint at ``path``, checked against this run's ``parts``.
+def _read(path, parts, n_inputs, every, store, alpha, n_classes):
+    """Header, certificates and recorded region arrays of the checkpoint at ``path``, checked against this run.
 
-    The header is read and checked before any other member.
+    The header is read and its fingerprint checked before any other member;
+    every member is read within the bounds the run sets (see the module
+    docstring), and the contents are checked before they are returned.
+
+    Returns
+    -------
+    header : dict
+    certificates : dict of str to ndarray
+        The recorded ``Certificates`` arrays of the finished chunks.
+    regions : dict of str to ndarray
+        The recorded region store's arrays (:meth:`RegionStore.to_arrays`).
     """
     with open(path, "rb") as file:
         magic = file.read(4)
     if magic != b"PK\x03\x04":  # every .npz is a zip archive; a pickle is never read
         raise _refuse(path, "not a smoothsk certify checkpoint (not an .npz archive; files written by "
                             "earlier versions are pickles, which are never loaded)")
-    data = None
     try:
-        data = np.load(path, allow_pickle=False)
-        header = json.loads(bytes(data["header"]).decode())
-        if header["format"] != FORMAT:
-            raise ValueError(f"format {header['format']!r}")
-        format_version, recorded_parts = header["format_version"], dict(header["parts"])
-    except (KeyError, TypeError, ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
-        if data is not None:
-            data.close()
-        raise _refuse(path, f"not a smoothsk certify checkpoint ({error!r})") from error
-    with data:
-        if format_version != FORMAT_VERSION:
-            raise _refuse(path, f"a checkpoint of format version {format_version}; smoothsk {_library_version()} "
-                                f"reads version {FORMAT_VERSION}")
-        differ = [name for name in _PART_NAMES if recorded_parts.get(name) != parts[name]]
-        if differ:
-            raise _refuse(path, "the checkpoint of another run, which this run does not overwrite: its "
-                          "fingerprint differs in " + "; ".join(_PART_NAMES[name] for name in differ))
+        archive = NpzArchive(path)
+    except ValueError as error:
+        raise _refuse(path, f"not a smoothsk certify checkpoint ({error})") from error
+    with archive:
+        header = _read_header(path, archive, parts)
+        problem = _header_problem(header, -(-n_inputs // every), store)
+        if problem is not None:
+            raise _refuse(path, f"a damaged checkpoint ({problem})")
+        rows = min(header["chunks_done"] * every, n_inputs)
         try:
-            arrays = {name: data[name] for name in data.files if name != "header"}
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
-            raise _refuse(path, f"a damaged checkpoint ({error!r})") from error
-    missing = [name for name in _CERTIFICATE_FIELDS if f"certificates/{name}" not in arrays]
-    if missing or "regions_done" not in header or "regions_start" not in header:
-        raise _refuse(path, f"a damaged checkpoint (certificates missing: {missing})")
-    return header, arrays
+            certificates = {name: _read_array(archive, f"certificates/{name}", (rows,),
+                                              "iu" if name in _INTEGER_FIELDS else "f")
+                            for name in _CERTIFICATE_FIELDS}
+            regions = _read_regions(archive, store, n_inputs)
+        except ValueError as error:
+            raise _refuse(path, f"a damaged checkpoint ({error})") from error
+    problem = _certificate_problem(certificates, alpha, n_classes, len(regions["radii"]))
+    if problem is not None:
+        raise _refuse(path, f"a damaged checkpoint ({problem})")
+    return header, certificates, regions
+
+
+def _read_header(path, archive, parts):
+    """The JSON header of the checkpoint in ``archive``, refused unless it is of this format and this run."""
+    try:
+        header = json.loads(archive.read("header", max_bytes=MAX_HEADER_BYTES).tobytes().decode())
+        if header["format"] != FORMAT:
+            raise ValueError(f"format {reprlib.repr(header['format'])}")
+        format_version, recorded_parts = header["format_version"], dict(header["parts"])
+    except (KeyError, TypeError, ValueError, RecursionError) as error:  # RecursionError: deeply nested JSON
+        raise _refuse(path, f"not a smoothsk certify checkpoint ({error!r})") from error
+    if format_version != FORMAT_VERSION:
+        raise _refuse(path, f"a checkpoint of format version {reprlib.repr(format_version)}; smoothsk "
+                            f"{__version__} reads version {FORMAT_VERSION}")
+    differ = [name for name in _PART_NAMES if recorded_parts.get(name) != parts[name]]
+    if differ:
+        raise _refuse(path, "the checkpoint of another run, which this run does not overwrite: its "
+                      "fingerprint differs in " + "; ".join(_PART_NAMES[name] for name in differ))
+    return header
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _header_problem(header, n_chunks, store):
+    """What in a header (of this run's fingerprint) no run of ``n_chunks`` chunks writes, or None."""
+    fields = {field.name: field for field in dataclasses.fields(store)}
+
+    def store_attributes(value):  # JSON-native attributes of the store's class (RegionStore.to_arrays)
+        return isinstance(value, dict) and set(value) == set(store.to_arrays()[1]) and all(
+            (item is None and fields[name].default is None)
+            or (isinstance(item, fields[name].type) and not isinstance(item, bool)) for name, item in value.items())
+
+    expected = {
+        "root_seed": (lambda value: _is_int(value) and 0 <= value < 2 ** 32, "an int in [0, 2**32)"),
+        "chunks_done": (lambda value: _is_int(value) and 1 <= value <= n_chunks, f"an int in [1, {n_chunks}]"),
+        "regions_start": (lambda value: isinstance(value, str), "a digest"),
+        "regions_done": (lambda value: isinstance(value, str), "a digest"),
+        "guarantee": (lambda value: isinstance(value, str), "a statement"),
+        "regions_attributes": (store_attributes, f"the attributes of a {type(store).__name__}"),
+    }
+    for key, (valid, description) in expected.items():
+        if key not in header:
+            return f"its header has no {key}"
+        if not valid(header[key]):
+            return f"its header's {key} is {reprlib.repr(header[key])}, not {description}"
+    return None
+
+
+def _read_array(archive, name, shape, kinds):
+    """Array ``name``, refused before it is read unless declared of ``shape`` and a dtype of ``kinds``."""
+    declared = archive.header(name)
+    if declared.shape != shape or declared.dtype.kind not in kinds:
+        raise ValueError(f"{name} is declared with {declared}, not shape {shape} and dtype kind {kinds!r}")
+    return archive.read(name, max_bytes=declared.nbytes)
+
+
+def _read_regions(archive, store, n_inputs):
+    """The recorded region arrays: at most ``n_inputs`` rows more than ``store``, rows shaped as its rows."""
+    template = store.to_arrays()[0]
+    first, limit = next(iter(template)), len(store) + n_inputs
+    shape = archive.header(f"regions/{first}").shape
+    if not shape or shape[0] > limit:
+        raise ValueError(f"regions/{first} is declared with shape {shape}, not at most {limit} rows (the "
+                         f"{len(store)} regions of regions_ and one per input)")
+    return {name: _read_array(archive, f"regions/{name}", shape[:1] + value.shape[1:], value.dtype.kind)
+            for name, value in template.items()}
+
+
+def _certificate_problem(certificates, alpha, n_classes, n_regions):
+    """What in recorded certificates no run at ``alpha`` with ``n_classes`` classes makes, or None.
+
+    A radius is at most the largest that ``n_samples`` noisy samples, all
+    of one class, certify at the input's sigma: ``sigma * PhiInv(p)`` with
+    ``p`` the Clopper-Pearson lower bound of ``n_samples`` successes in
+    ``n_samples`` at ``alpha``. No valid bound from that many samples at
+    level ``alpha`` or less exceeds it, whatever the sampler, and every
+    radius is at most Theorem 1's for its bound.
+    """
+    def largest_radius():
+        n_samples = certificates["n_samples"]
+        return certified_radius(certificates["sigma"], clopper_pearson_lower(n_samples, n_samples, alpha))
+
+    abstained = certificates["prediction"] == ABSTAIN
+    rules = (
+        ("prediction", lambda v: abstained | ((v >= 0) & (v < n_classes)),
+         f"a class index below {n_classes} or ABSTAIN ({ABSTAIN})"),
+        ("sigma", lambda v: np.isfinite(v) & (v > 0), "a finite positive noise level"),
+        ("n_samples", lambda v: v >= 0, "a count"),
+        ("search_steps", lambda v: v >= 0, "a count"),
+        ("sigma_samples", lambda v: v >= 0, "a count"),
+        ("p_lower", lambda v: (v >= 0) & (v <= 1), "a probability"),
+        ("region", lambda v: (v >= -1) & (v < n_regions), f"-1 or the index of one of the {n_regions} regions"),
+        ("radius_cap", lambda v: v >= 0, "a radius (>= 0, or inf)"),
+        ("radius", lambda v: np.isfinite(v) & (v >= 0) & ((v == 0) | ~abstained),
+         "a finite radius >= 0, and 0 where the certificate abstains"),
+        ("radius", lambda v: v <= largest_radius() * (1 + _RADIUS_RTOL),
+         f"at most the largest radius its sigma and n_samples certify at alpha={alpha}"),
+    )
+    for name, valid, expected in rules:
+        values = certificates[name]
+        bad = ~valid(values)
+        if bad.any():
+            return f"certificates/{name} holds {first_offender(values, bad)}, not {expected}"
+    return None
 
 
 def _write(path, header, certificates, store):
@@ -256,7 +390,8 @@ def _write(path, header, certificates, store):
         np.savez(file, **members)
 
 
-def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get_store, set_store, keep=False):
+def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get_store, set_store, alpha, n_classes,
+                      keep=False):
     """Certify inputs chunk by chunk, resuming from (and recording in) the checkpoint at ``path``.
 
     Parameters
@@ -269,7 +404,8 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     n_inputs : int
         Number of inputs of the run.
     path : Path
-        The checkpoint file (removed when the run completes, unless ``keep``).
+        The checkpoint file as :func:`check_path` returns it (links
+        resolved), removed when the run completes unless ``keep``.
     every : int
         Inputs per chunk (validated by :func:`check_chunk_size`).
     parts : dict of str to str
@@ -280,6 +416,12 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
         its recorded one).
     get_store, set_store : callable
         Read and replace the estimator's region store.
+    alpha : float
+        The run's failure probability: a recorded radius is refused if
+        larger than any its sigma and sample size certify at it.
+    n_classes : int
+        Number of classes: a recorded prediction is a class index below it
+        or ``ABSTAIN``.
     keep : bool, default=False
         Keep the file when the run completes: a rerun then reads every
         certificate from it, so the caller can remove it once the results
@@ -290,17 +432,15 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     Certificates
         The certificates of all ``n_inputs`` inputs.
     """
-    parts = {**parts, "checkpoint_every": str(every), "version": _library_version()}
+    parts = {**parts, "checkpoint_every": str(every), "version": __version__}
     store = get_store()
     if path.exists():
-        header, arrays = _read(path, parts)
+        header, done, regions = _read(path, parts, n_inputs, every, store, alpha, n_classes)
         current = store.digest()
         if current == header["regions_done"]:
             pass  # this process kept the store of the last finished chunk
         elif current == header["regions_start"]:
-            recorded = type(store).from_arrays({
-                name.split("/", 1)[1]: value for name, value in arrays.items() if name.startswith("regions/")},
-                header["regions_attributes"])
+            recorded = type(store).from_arrays(regions, header["regions_attributes"])
             if recorded.digest() != header["regions_done"]:
                 raise _refuse(path, "a checkpoint whose recorded regions do not match its header")
             store = recorded
@@ -310,9 +450,8 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
                 f"regions_ changed since the interrupted run of checkpoint {path} (other certify calls or "
                 f"reset_regions()): resuming would mix certificates made against different region stores. "
                 f"Certify with regions_ as the run left it, or " + _START_OVER.format(path=path) + ".")
-        done = {name: arrays[f"certificates/{name}"] for name in _CERTIFICATE_FIELDS}
     else:
-        header = {"format": FORMAT, "format_version": FORMAT_VERSION, "library_version": _library_version(),
+        header = {"format": FORMAT, "format_version": FORMAT_VERSION, "library_version": __version__,
                   "parts": parts, "root_seed": int(root_seed), "chunks_done": 0,
                   "regions_start": store.digest(), "regions_done": store.digest()}
         done = None

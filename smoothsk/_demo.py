@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from . import SampleWiseSmoothedClassifier
 from ._presets import PRESETS, SELECTOR_ALPHA_SHARE, TRAINING_SETTINGS
+from ._validation import smoothing_components
 from .certificates import (OWN_SIGMA_GUARANTEE, REGION_GUARANTEE, SAMPLE_WISE_GUARANTEES,
                            is_fixed_sigma_guarantee)
 from .datasets import load_digits_images, make_heterogeneous_margins
@@ -240,9 +241,9 @@ def build_estimator(preset_id, params, data, settings, sampler, verbose):
         module, max_epochs=settings["epochs"], **TRAINING_SETTINGS, sampler=clone(sampler),
         alpha=settings["alpha"], random_state=settings["seed"], verbose=int(verbose), **module_params, **params)
     try:
-        components = clf._validate_smoothing_params()
-        if isinstance(components["sigma_search"], BaseCertifiedSigma):
-            components["sigma_search"].check_before_fit(components["training"], torch.from_numpy(X_train))
+        components = smoothing_components(clf)
+        if isinstance(components.sigma_search, BaseCertifiedSigma):
+            components.sigma_search.check_before_fit(components.training, torch.from_numpy(X_train))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--methods {preset_id}: {exc}") from exc
     return clf

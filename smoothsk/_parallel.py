@@ -29,8 +29,8 @@ def can_split(components):
 
     Parameters
     ----------
-    components : dict of str to Component
-        The estimator's validated components (``allocator``, ``sigma_search``, ...).
+    components : Components
+        The estimator's validated components.
 
     Returns
     -------
@@ -40,7 +40,7 @@ def can_split(components):
         of the pass: the regions of a stateful allocator, or one sigma learned
         for the whole set.
     """
-    return bool(components["allocator"].stateless and components["sigma_search"].per_input)
+    return bool(components.allocator.stateless and components.sigma_search.per_input)
 
 
 def n_chunks(n_inputs, n_jobs):

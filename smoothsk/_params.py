@@ -1,5 +1,7 @@
 """The estimator's component parameters: their defaults and nested ``set_params`` routing (``sampler__n``)."""
 
+from dataclasses import dataclass
+
 from ._components import set_nested_params
 from .regions import NoRegions
 from .sampling import FixedSampler
@@ -7,6 +9,38 @@ from .training import FixedSigmaTraining
 
 #: The parameters that hold interchangeable components, in the order they act.
 COMPONENTS = ("training", "sigma_search", "sampler", "allocator")
+
+
+@dataclass(frozen=True)
+class Components:
+    """The components an estimator uses, its parameters or their defaults (see :func:`component`).
+
+    Attributes
+    ----------
+    training : BaseTrainingSchedule
+    sigma_search : BaseSigmaSearch
+    sampler : BaseSampler
+    allocator : RegionAllocator
+    """
+
+    training: object
+    sigma_search: object
+    sampler: object
+    allocator: object
+
+    @classmethod
+    def of(cls, estimator):
+        """The components ``estimator`` uses now (resolved at each call: ``set_params`` may change them).
+
+        Parameters
+        ----------
+        estimator : SampleWiseSmoothedClassifier
+
+        Returns
+        -------
+        Components
+        """
+        return cls(**{name: component(estimator, name) for name in COMPONENTS})
 
 
 def component(estimator, name):

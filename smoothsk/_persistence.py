@@ -154,8 +154,11 @@ from torch.utils.hooks import RemovableHandle
 
 from . import models, regions, sampling, sigma, training
 from ._atomic import atomic_file, unwritable_reason
+from ._codec import encode, plain as _plain, refuse as _refuse
 from ._digest import value_digest
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
+from ._validation import smoothing_components
+from ._version import __version__
 from .certificates import ABSTAIN
 from .regions import RegionStore
 
@@ -242,55 +245,8 @@ def _allowed_classes(extra):
 
 # ------------------------------------------------------------------- encoding
 
-def _refuse(where, value, what):
-    raise ValueError(f"Cannot save parameter {where}={value!r}: a saved model holds only {what}; "
-                     f"{type(value).__name__} is none of these.")
-
-
-def _plain(value, where):
-    """``value`` as JSON data (None, bool, numbers, strings, lists, dicts with string keys)."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, Integral):
-        return int(value)
-    if isinstance(value, Real):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        return [_plain(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return {key: _plain(item, f"{where}[{key!r}]") for key, item in value.items()}
-    return _refuse(where, value, "JSON data (None, bool, numbers, strings, lists, dicts with string keys)")
-
-
-def _encode(value, where, named):
-    """JSON form of the parameter value ``value`` (see the module docstring); ``where`` names it.
-
-    Every class it writes goes into the dict ``named`` (dotted name -> class).
-    """
-    if value is None or isinstance(value, (bool, str, np.bool_, Integral, Real)):
-        return _plain(value, where)
-    if isinstance(value, list):
-        return [_encode(item, f"{where}[{i}]", named) for i, item in enumerate(value)]
-    if isinstance(value, tuple):
-        return {"tuple": [_encode(item, f"{where}[{i}]", named) for i, item in enumerate(value)]}
-    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return {"dict": {key: _encode(item, f"{where}[{key!r}]", named) for key, item in value.items()}}
-    if isinstance(value, type):
-        named[class_name(value, where)] = value
-        return {"type": class_name(value, where)}
-    if hasattr(value, "get_params") and not isinstance(value, torch.nn.Module):
-        named[class_name(type(value), where)] = type(value)
-        return {"class": class_name(type(value), where),
-                "params": {key: _encode(item, f"{where}.{key}", named)
-                           for key, item in value.get_params(deep=False).items()}}
-    return _refuse(where, value, "None, bool, numbers, strings, lists, tuples, dicts with string keys, "
-                                 "classes and scikit-learn-style components (objects with get_params)")
-
-
 def _decode(value, where, classes, source):
-    """The parameter value that :func:`_encode` wrote as ``value``; classes only from ``classes``."""
+    """The parameter value that :func:`~smoothsk._codec.encode` wrote as ``value``; classes only from ``classes``."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, list):
@@ -306,7 +262,7 @@ def _decode(value, where, classes, source):
         if keys == {"class", "params"} and isinstance(value["params"], dict):
             cls = _lookup(value["class"], where, classes, source)
             if not hasattr(cls, "get_params") or issubclass(cls, torch.nn.Module):
-                # What _encode writes so: a module is a class ({"type": ...}), never built from the file's values.
+                # What encode writes so: a module is a class ({"type": ...}), never built from the file's values.
                 raise ValueError(f"{source}: parameter {where} names {value['class']} as a component, which it is "
                                  "not (a scikit-learn-style object with get_params, not a module): nothing was built.")
             params = {key: _decode(item, f"{where}.{key}", classes, source) for key, item in value["params"].items()}
@@ -375,7 +331,7 @@ def _encode_sigma_function(estimator, named):
             "fitted state of a certified sigma function only when its class provides fitted_arrays() and "
             "restore_fitted(estimator, arrays, source). Use joblib.dump (joblib.load runs code: load only "
             "files you trust), or refit after loading.")
-    return _encode(sigma_function, "sigma_search_", named)
+    return encode(sigma_function, "sigma_search_", named, class_name)
 
 
 # ------------------------------------------------------------------------ save
@@ -420,7 +376,7 @@ def _encode_params(estimator, named):
         elif name in _PLAIN_PARAMETERS or name.startswith(_PLAIN_PREFIXES):
             encoded[name] = _encode_plain(value, name)
         else:
-            encoded[name] = _encode(value, name, named)
+            encoded[name] = encode(value, name, named, class_name)
     return encoded
 
 
@@ -474,8 +430,6 @@ def save_estimator(estimator, path, key=None):
     TypeError
         If ``key`` is not None or bytes of at least :data:`MIN_KEY_BYTES`.
     """
-    from . import __version__
-
     key = _check_key(key)
     estimator.check_is_fitted()
     path = Path(path)
@@ -946,7 +900,7 @@ def _check_sizes(estimator, source):
     for name in sorted(_COMPONENT_PARAMETERS):
         if getattr(estimator, name) is not None:
             _validate(getattr(estimator, name), name, source)
-    _built(estimator._validate_smoothing_params, source)
+    _built(lambda: smoothing_components(estimator), source)
     batch_bytes = estimator.certify_batch_size * estimator.n_features_in_ * 4
     if batch_bytes > MAX_BATCH_BYTES:
         raise ValueError(f"{source}: certify_batch_size={estimator.certify_batch_size} makes batches of "

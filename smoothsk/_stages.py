@@ -14,9 +14,8 @@ is distinct from every other one drawn under the same root seed
 (``tests/test_stages.py``).
 
 **Seed salts** (``*_SALT``). The estimator derives each of its seeds from
-``random_state`` as ``SeedSequence([random_state, salt])``
-(``SampleWiseSmoothedClassifier._seed``), one salt per use, so that no two
-uses share a seed.
+``random_state`` as ``SeedSequence([random_state, salt])`` (:func:`seed`),
+one salt per use, so that no two uses share a seed.
 
 **Engine stages** (``*_STAGE``, ``*_PASS``), by the root seed they live under:
 
@@ -40,6 +39,9 @@ uses share a seed.
 - the certified sigma selector's level assignment (root seed from
   :data:`SELECTOR_ASSIGNMENT_SALT`): a grid search's ``(SEARCH_STAGE,)``.
 """
+
+import numpy as np
+from sklearn.utils import check_random_state
 
 # ------------------------------------------------------------------ seed salts
 
@@ -73,6 +75,27 @@ SELECTOR_ASSIGNMENT_SALT = 18
 #: engine. They are kept equal because a new value changes the selector's
 #: weights and so the reference certificates.
 SHARED_SALTS = (("SELECTOR_SHUFFLE_SALT", "SELECTOR_ASSIGNMENT_SALT"),)
+
+
+def seed(random_state, salt):
+    """The seed of one use (``salt``) from an estimator's ``random_state``.
+
+    Parameters
+    ----------
+    random_state : int, RandomState instance or None
+    salt : int
+        One of the ``*_SALT`` values above.
+
+    Returns
+    -------
+    int
+        Non-negative: ``SeedSequence([random_state, salt])``'s first word for
+        an int; else a draw from the RandomState (numpy's global one for
+        None), which advances it.
+    """
+    if random_state is None or isinstance(random_state, np.random.RandomState):
+        return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+    return int(np.random.SeedSequence([int(random_state), salt]).generate_state(1)[0])
 
 # -------------------------------------------------------------- engine stages
 

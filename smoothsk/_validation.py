@@ -1,18 +1,20 @@
 """The estimator's checks of its inputs, labels, parameters, device and module, and its label encoding."""
 
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.exceptions import DataConversionWarning
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_array
-from ._constraints import validate_parameter_constraints
+from ._constraints import HasMethods, Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import _params
 from ._modes import evaluating
+from ._training_steps import check_iterator_options
 from .certificates import ABSTAIN
 from .sigma import BaseCertifiedSigma
 
@@ -223,18 +225,30 @@ def correct_predictions(prediction, y_true):
     return (prediction == y_true.astype(object)) & (prediction != ABSTAIN)
 
 
-def validated_components(estimator, constraints):
+#: scikit-learn constraints of the estimator's own smoothing parameters (its components validate theirs).
+SMOOTHING_CONSTRAINTS = {
+    "training": [HasMethods(["run", "batch_sigma"]), None],
+    "sigma_search": [HasMethods(["search"]), None],
+    "sampler": [HasMethods(["certify"]), None],
+    "allocator": [HasMethods(["allocate"]), None],
+    "alpha": [Interval(Real, 0, 1, closed="neither")],
+    "certify_batch_size": [Interval(Integral, 1, None, closed="left")],
+    "certify_autocast": [StrOptions({"bfloat16", "float16"}), None],
+    "n_jobs": [Integral, None],
+    "random_state": ["random_state"],
+}
+
+
+def smoothing_components(estimator):
     """Check the smoothing parameters and return the components in use, each validated.
 
     Parameters
     ----------
     estimator : SampleWiseSmoothedClassifier
-    constraints : dict
-        scikit-learn parameter constraints of the estimator's own smoothing parameters.
 
     Returns
     -------
-    dict of str to Component
+    Components
         For each name in :data:`smoothsk._params.COMPONENTS`, the parameter or its default.
 
     Raises
@@ -243,15 +257,17 @@ def validated_components(estimator, constraints):
         Naming the parameter; or if a certified sigma function is combined
         with an allocator that does not compose with it.
     """
-    validate_parameter_constraints(constraints, {key: getattr(estimator, key) for key in constraints},
+    values = {key: getattr(estimator, key) for key in SMOOTHING_CONSTRAINTS}
+    validate_parameter_constraints(SMOOTHING_CONSTRAINTS, values,
                                    caller_name=type(estimator).__name__)
-    components = {name: _params.component(estimator, name).validate() for name in _params.COMPONENTS}
-    allocator = components["allocator"]
-    if (isinstance(components["sigma_search"], BaseCertifiedSigma)
-            and not getattr(allocator, "composes_with_certified_sigma", False)):
+    components = _params.Components.of(estimator)
+    for name in _params.COMPONENTS:
+        getattr(components, name).validate()
+    if (isinstance(components.sigma_search, BaseCertifiedSigma)
+            and not getattr(components.allocator, "composes_with_certified_sigma", False)):
         raise ValueError(
-            f"allocator={allocator!r} does not compose with the certified sigma function "
-            f"sigma_search={type(components['sigma_search']).__name__}(...): its certificates are not "
+            f"allocator={components.allocator!r} does not compose with the certified sigma function "
+            f"sigma_search={type(components.sigma_search).__name__}(...): its certificates are not "
             "about g(., sigma(x)) at x. Use allocator=NoRegions() (or None), whose certificates the "
             "sigma function's certificate turns into certificates of G(x) = g(x, sigma(x)).")
     return components
@@ -317,3 +333,55 @@ def check_module_output(module, X, n_classes, device):
             f"The module {type(module).__name__} must return logits of shape {expected} for one input "
             f"({expected[1]} classes in y), found {found}: its number of outputs must equal the "
             f"number of classes (module__n_classes, or a module class taking n_classes).")
+
+
+def check_fit(estimator, X, y, reset, classes, fit_params):
+    """Every check of a ``fit``/``partial_fit`` call, before any training; returns what training needs.
+
+    Parameters
+    ----------
+    estimator : SampleWiseSmoothedClassifier
+    X : array-like of float, shape (n_samples, *input_shape)
+    y : array-like, shape (n_samples,)
+    reset : bool
+        Whether the call initialises the module (learns ``classes_``).
+    classes : array-like or None
+        ``partial_fit``'s ``classes`` argument.
+    fit_params : dict
+        The call's keyword arguments for skorch's ``fit_loop``.
+
+    Returns
+    -------
+    components : Components
+        Validated; a certified sigma function checked against the schedule.
+    X : ndarray of float32, shape (n_samples, *input_shape)
+    y_index : ndarray of int64, shape (n_samples,)
+        Indices into ``classes``.
+    classes : ndarray, shape (n_classes,)
+
+    Raises
+    ------
+    TypeError
+        If ``fit_params`` holds ``sample_weight`` or ``epochs``.
+    ValueError
+        Naming what is refused: a parameter, the device, the data, the labels.
+    """
+    if "sample_weight" in fit_params:
+        raise TypeError(f"{type(estimator).__name__} does not support sample_weight: the training "
+                        "loss weighs every sample equally; resample the data instead.")
+    if "epochs" in fit_params:
+        raise TypeError("fit_params may not hold 'epochs': the training schedule sets the epochs of each "
+                        "stage itself; set max_epochs or the schedule's epoch parameters instead.")
+    components = smoothing_components(estimator)
+    check_iterator_options(estimator)
+    check_device_available(estimator.device)
+    X, y = check_training_data(estimator, X, y, reset)
+    if classes is not None:
+        classes = check_classes(classes, "classes")
+        if not reset and not np.array_equal(classes, estimator.classes_):
+            raise ValueError(f"classes={classes.tolist()} differ from classes_ {estimator.classes_.tolist()}, "
+                             "learnt by the call that initialised the module; fit anew to change them.")
+    y_index, classes = encode_labels(y, classes, "classes") if reset else encode_labels(y, estimator.classes_)
+    if isinstance(components.sigma_search, BaseCertifiedSigma):
+        components.sigma_search.check_before_fit(components.training, torch.from_numpy(X))
+    return components, X, y_index, classes

@@ -7,8 +7,8 @@ writing Python.
 
 import argparse
 import csv
+import reprlib
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +18,17 @@ from . import SampleWiseSmoothedClassifier
 from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
+from ._npz import NpzArchive
+from ._params import Components
+from ._persistence import MIN_KEY_BYTES
 from ._presets import MODULES, PRESETS, preset_params
+from ._validation import check_device_available
 from .allocator import keep_freed_memory
 from .sampling import FixedSampler
+
+#: ``smoothsk certify --out -``: the CSV goes to standard output (and the command's messages to standard error).
+STDOUT = "-"
+
 
 def run_demo_command(args):
     """``smoothsk demo``: the comparison table, its notes and pictures (:func:`smoothsk._demo.run_demo`)."""
@@ -33,7 +41,12 @@ class InputFileError(ValueError):
 
 
 def read_npz(path, require_y):
-    """Read and check the arrays ``X`` and ``y`` of an ``.npz`` file, refusing pickled objects.
+    """Read and check the arrays ``X`` and ``y`` of an ``.npz`` file, which may be hostile.
+
+    The file is read by :class:`smoothsk._npz.NpzArchive`: each array's
+    sizes are checked in the zip directory and its ``.npy`` header before
+    any of it is read or allocated (no zip bombs, no headers declaring more
+    than the file holds, no pickles).
 
     Parameters
     ----------
@@ -54,31 +67,27 @@ def read_npz(path, require_y):
     ------
     InputFileError
         Naming ``path`` and what is wrong: not a readable ``.npz`` archive,
-        object arrays (pickles are never loaded), ``X`` or ``y`` missing,
-        of the wrong dtype or shape, non-finite inputs, or lengths that differ.
+        an array it refuses to read (see :mod:`smoothsk._npz`), ``X`` or
+        ``y`` missing, of the wrong dtype or shape, inputs that are not
+        finite as float32, or lengths that differ.
     """
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise InputFileError(f"{path}: not a readable .npz file ({exc}).") from exc
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise InputFileError(f"{path}: a single .npy array, not an .npz archive of arrays 'X' and 'y' "
-                             f"(write it with np.savez(path, X=X, y=y)).")
+        archive = NpzArchive(path)
+    except ValueError as exc:
+        message = f"{path}: not a readable .npz file ({exc}); write it with np.savez(path, X=X, y=y)."
+        raise InputFileError(message) from exc
     with archive:
         arrays = {}
         for name in ("X", "y"):
-            if name not in archive.files:
+            if name not in archive.names:
                 if name == "X" or require_y:
-                    raise InputFileError(f"{path}: no array {name!r} (the file has {archive.files}); write it with "
-                                         f"np.savez(path, X=X, y=y).")
+                    raise InputFileError(f"{path}: no array {name!r} (the file has {reprlib.repr(archive.names)}); "
+                                         f"write it with np.savez(path, X=X, y=y).")
                 continue
             try:
-                arrays[name] = archive[name]
-            except ValueError as exc:  # object dtype: numpy refuses to unpickle with allow_pickle=False
-                raise InputFileError(f"{path}: array {name!r} holds Python objects (a pickle), which smoothsk "
-                                     f"never loads; save numeric arrays ({exc}).") from exc
-            except (OSError, zipfile.BadZipFile, EOFError) as exc:
-                raise InputFileError(f"{path}: array {name!r} cannot be read ({exc}).") from exc
+                arrays[name] = archive.read(name)
+            except ValueError as exc:
+                raise InputFileError(f"{path}: {exc}.") from exc
     X, y = arrays["X"], arrays.get("y")
     if X.dtype.kind != "f":
         raise InputFileError(f"{path}: X must be a float array of inputs; got dtype {X.dtype} "
@@ -86,18 +95,21 @@ def read_npz(path, require_y):
     if X.ndim < 2 or len(X) == 0:
         raise InputFileError(f"{path}: X must have shape (n_inputs, *input_shape) with n_inputs >= 1; "
                              f"got shape {X.shape}.")
+    with np.errstate(over="ignore"):  # values beyond float32's range become infinite, and are refused
+        X = X.astype(np.float32, copy=False)
     if not np.all(np.isfinite(X)):
-        raise InputFileError(f"{path}: X holds NaN or infinite values.")
+        raise InputFileError(f"{path}: X holds NaN or infinite values as float32, the precision smoothsk computes "
+                             f"in (finite values must lie within +-3.4e38).")
     if y is not None:
         if y.ndim != 1 or y.dtype.kind not in "biuU":
             raise InputFileError(f"{path}: y must be a 1-d array of integer, boolean or string labels; got dtype "
                                  f"{y.dtype} and shape {y.shape}.")
         if len(y) != len(X):
             raise InputFileError(f"{path}: X has {len(X)} inputs but y has {len(y)} labels.")
-    return X.astype(np.float32, copy=False), y
+    return X, y
 
 
-def check_output(path, option="--out"):
+def check_output(path, option="--out", stream_hint=""):
     """Refuse an output file path that cannot be written, before any expensive work.
 
     Outputs are written to a temporary file in their folder, then renamed
@@ -109,6 +121,9 @@ def check_output(path, option="--out"):
         The file the command will write.
     option : str, default="--out"
         The option that gave ``path``, for the message.
+    stream_hint : str, default=""
+        Appended to the advice (``" (or - for standard output)"`` where the
+        option takes ``-``).
 
     Raises
     ------
@@ -119,7 +134,7 @@ def check_output(path, option="--out"):
     reason = unwritable_reason(path)
     if reason is not None:
         raise InputFileError(f"{option} {path}: cannot write it: {reason}; give the path of a file in a "
-                             "writable folder.")
+                             f"writable folder{stream_hint}.")
 
 
 def check_distinct(files, may_coincide=()):
@@ -147,10 +162,46 @@ def check_distinct(files, may_coincide=()):
             raise InputFileError(f"{role} {path}: the same file as {first}; give another path.")
 
 
+#: The largest key file read (a key is a few dozen bytes).
+MAX_KEY_FILE_BYTES = 1 << 16
+
+
+def read_key(path):
+    """The key in the file ``path`` (``--key-file``): its bytes, less a trailing line break; None without a path.
+
+    Parameters
+    ----------
+    path : str or None
+
+    Returns
+    -------
+    bytes or None
+
+    Raises
+    ------
+    InputFileError
+        Naming the file: unreadable, over :data:`MAX_KEY_FILE_BYTES`, or
+        shorter than :data:`smoothsk._persistence.MIN_KEY_BYTES` bytes.
+    """
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as file:
+            key = file.read(MAX_KEY_FILE_BYTES + 1).rstrip(b"\r\n")
+    except OSError as exc:
+        raise InputFileError(f"--key-file {path}: cannot read it ({exc.strerror or exc}).") from exc
+    if not MIN_KEY_BYTES <= len(key) <= MAX_KEY_FILE_BYTES:
+        raise InputFileError(f"--key-file {path}: a key must be {MIN_KEY_BYTES} to {MAX_KEY_FILE_BYTES} bytes; the "
+                             f"file holds {len(key)} (make one with: python -c \"import secrets; "
+                             f"print(secrets.token_hex(32))\" > {path}).")
+    return key
+
+
 def run_fit(args):
-    """``smoothsk fit``: train on an ``.npz`` and write a safe model file."""
-    check_distinct([("the data", args.data), ("--out", args.out)])
+    """``smoothsk fit``: train on an ``.npz`` and write a safe model file (authenticated with ``--key-file``)."""
+    check_distinct([("the data", args.data), ("--out", args.out), ("--key-file", args.key_file)])
     check_output(args.out)
+    key = read_key(args.key_file)
     X, y = read_npz(args.data, require_y=True)
     module = MODULES[args.module]
     clf = SampleWiseSmoothedClassifier(
@@ -159,33 +210,42 @@ def run_fit(args):
     print(f"{args.data}: training {args.module} with preset {args.preset!r} ({PRESETS[args.preset].name}) on "
           f"{len(X)} inputs of shape {X.shape[1:]} for {args.epochs} epochs")
     clf.fit(X, y)
-    clf.save(args.out)
+    clf.save(args.out, key=key)
     print(f"model saved to {args.out}")
     return 0
 
 
 def write_certificates(path, columns, rows):
-    """Write the certificates' CSV atomically (:func:`smoothsk._atomic.atomic_file`).
+    """Write the certificates' CSV atomically (:func:`smoothsk._atomic.atomic_file`), or stream it to stdout.
 
     Parameters
     ----------
     path : str
-        The CSV to write; never left half-written.
+        The CSV to write, never left half-written; :data:`STDOUT` (``-``)
+        streams it to standard output instead, row by row (a failure there
+        leaves the rows written so far).
     columns : list of str
         The header.
     rows : iterable of list
         One row per input.
     """
-    with atomic_file(path, "w", newline="") as file:
+    def write(file):
         writer = csv.writer(file)
         writer.writerow(columns)
         writer.writerows(rows)
 
+    if path == STDOUT:
+        write(sys.stdout)
+        sys.stdout.flush()  # any failure to write shows before the checkpoint is removed
+        return
+    with atomic_file(path, "w", newline="") as file:
+        write(file)
 
-def load_model(path):
-    """``SampleWiseSmoothedClassifier.load(path)``, its errors naming the file."""
+
+def load_model(path, key=None):
+    """``SampleWiseSmoothedClassifier.load(path, key=key)``, its errors naming the file."""
     try:
-        return SampleWiseSmoothedClassifier.load(path)
+        return SampleWiseSmoothedClassifier.load(path, key=key)
     except (OSError, ValueError) as exc:
         message = str(exc)
         raise InputFileError(message if str(path) in message else f"{path}: {message}") from exc
@@ -201,7 +261,7 @@ def sampler_with_sizes(clf, args):
         parameter of that name (``InputSpecificSampler`` and
         ``SequentialSampler`` have ``n_max``, not ``n``).
     """
-    sampler = clone(clf._component("sampler"))
+    sampler = clone(Components.of(clf).sampler)
     given = {name: value for name, value in (("n", args.n), ("n0", args.n0)) if value is not None}
     parameters = sampler.get_params(deep=False)
     for name in given:
@@ -219,16 +279,20 @@ def run_certify(args):
     allocator's certificates are about its region classifier, whose regions
     this run extends (without it, a warning says they are not saved).
     """
+    to_stdout = args.out == STDOUT
+    report = sys.stderr if to_stdout else sys.stdout  # standard output carries the CSV alone
     # --save-model may replace the model file (saving is atomic); no other two may coincide.
-    check_distinct([("the model", args.model), ("the data", args.data), ("--out", args.out),
-                    ("--save-model", args.save_model), ("--checkpoint", args.checkpoint)],
+    check_distinct([("the model", args.model), ("the data", args.data), ("--out", None if to_stdout else args.out),
+                    ("--save-model", args.save_model), ("--checkpoint", args.checkpoint),
+                    ("--key-file", args.key_file)],
                    may_coincide=(("the model", "--save-model"),))
-    check_output(args.out)
+    if not to_stdout:
+        check_output(args.out, stream_hint=f" (or {STDOUT} for standard output)")
     if args.save_model is not None:
         check_output(args.save_model, "--save-model")
-    if args.checkpoint is not None:
-        check_path(args.checkpoint)
-    clf = load_model(args.model)
+    checkpoint = None if args.checkpoint is None else check_path(args.checkpoint)  # links resolved, once
+    key = read_key(args.key_file)
+    clf = load_model(args.model, key)
     unchanged = {"n_jobs": clf.n_jobs, "verbose": clf.verbose}  # --save-model keeps the model's own
     sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
     X, y = read_npz(args.data, require_y=False)
@@ -244,29 +308,29 @@ def run_certify(args):
         settings["device"] = args.device
     clf.set_params(**settings)
     if args.device is not None:
-        clf._check_device_available()
+        check_device_available(args.device)
         clf.module_.to(args.device)
-    allocator = clf._component("allocator")
+    allocator = Components.of(clf).allocator
     if not allocator.stateless and args.save_model is None:
         print(f"smoothsk certify: warning: the model's allocator {type(allocator).__name__} is stateful: these "
               f"certificates are about its region classifier, which keeps the regions this run allocates, but "
               f"they are not saved ({args.model} is not changed). Pass --save-model PATH to write the model "
               f"with them.", file=sys.stderr)
     # The checkpoint is kept until the CSV is on disk: a failure to write it loses no certificate.
-    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=args.checkpoint,
-                                              keep_checkpoint=True)
+    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=checkpoint, keep_checkpoint=True)
     guarantee = details.guarantee
     columns = ["index", "prediction", "radius", "sigma", "n_samples", "guarantee"] + (["y"] if y is not None else [])
     write_certificates(args.out, columns, (
         [index, prediction[index], repr(float(radius[index])), repr(float(details.sigma[index])),
          int(details.n_samples[index]), guarantee] + ([y[index]] if y is not None else [])
         for index in range(len(X))))
-    print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) saved to {args.out}")
+    print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) "
+          f"{'written to standard output' if to_stdout else f'saved to {args.out}'}", file=report)
     if args.save_model is not None:
-        clf.set_params(**unchanged).save(args.save_model)
-        print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}")
-    if args.checkpoint is not None:  # only now: the results are on disk
-        Path(args.checkpoint).unlink(missing_ok=True)
+        clf.set_params(**unchanged).save(args.save_model, key=key)
+        print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}", file=report)
+    if checkpoint is not None:  # only now: the results are on disk
+        checkpoint.unlink(missing_ok=True)
     return 0
 
 
@@ -274,7 +338,11 @@ def build_parser():
     """The argument parser of the ``smoothsk`` command."""
     parser = argparse.ArgumentParser(prog="smoothsk", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="train every method, certify the test split, compare (table, pictures)")
+    common = argparse.ArgumentParser(add_help=False)  # the options of every command
+    common.add_argument("--debug", action="store_true",
+                        help="on an error, show Python's traceback instead of the one-line message")
+    demo = commands.add_parser("demo", parents=[common],
+                               help="train every method, certify the test split, compare (table, pictures)")
     demo.add_argument("--data", choices=("digits", "synthetic"), default="digits",
                       help="bundled digits, or the 256-dimensional heterogeneous-margin mixture")
     demo.add_argument("--methods", default="all",
@@ -298,7 +366,8 @@ def build_parser():
                       help="folder for results.md, results.csv and the pictures (default smoothsk-demo)")
     demo.add_argument("-v", "--verbose", action="store_true", help="print skorch's epoch tables")
 
-    fit = commands.add_parser("fit", help="train a smoothed classifier on an .npz (arrays X, y), save a model file")
+    fit = commands.add_parser("fit", parents=[common],
+                              help="train a smoothed classifier on an .npz (arrays X, y), save a model file")
     fit.add_argument("data", help=".npz file with float inputs X (n, *input_shape) and labels y (n,)")
     fit.add_argument("--out", required=True, help="model file to write (safetensors; load it with certify)")
     fit.add_argument("--preset", choices=tuple(PRESETS), default="cohen-0.25",
@@ -312,13 +381,17 @@ def build_parser():
     fit.add_argument("--n", type=int, default=10_000, help="certification samples per input saved with the model")
     fit.add_argument("--n0", type=int, default=100, help="selection samples per input saved with the model")
     fit.add_argument("--alpha", type=float, default=0.001, help="failure probability per certificate")
+    fit.add_argument("--key-file", help="file holding a secret key (16 bytes or more): the model file is "
+                                        "authenticated with HMAC-SHA256 and loads only with the same key")
     fit.add_argument("-v", "--verbose", action="store_true", help="print skorch's epoch table")
 
-    cert = commands.add_parser("certify", help="certify every input of an .npz with a model file, write a CSV")
+    cert = commands.add_parser("certify", parents=[common],
+                               help="certify every input of an .npz with a model file, write a CSV")
     cert.add_argument("model", help="model file written by 'smoothsk fit' (or SampleWiseSmoothedClassifier.save)")
     cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV)")
     cert.add_argument("--out", required=True, help="CSV to write: index, prediction, radius, sigma, n_samples, "
-                                                   "guarantee (and y)")
+                                                   "guarantee (and y); '-' streams it to standard output (the "
+                                                   "command's messages go to standard error)")
     cert.add_argument("--n", type=int, help="certification samples per input: the parameter n of the model's "
                                             "sampler (a FixedSampler's; default: the model's)")
     cert.add_argument("--n0", type=int, help="selection samples per input: the parameter n0 of the model's sampler "
@@ -330,17 +403,28 @@ def build_parser():
                                            "may be the model file itself")
     cert.add_argument("--n-jobs", type=int, help="parallel workers of the Monte Carlo engine")
     cert.add_argument("--device", help="torch device to certify on (default: the model's)")
+    cert.add_argument("--key-file", help="file holding the key the model was saved with: required for a model "
+                                         "saved with one, refused for one saved without; --save-model uses it too")
     cert.add_argument("-v", "--verbose", action="store_true", help="show a progress bar")
     return parser
 
 
 def main(argv=None):
-    """Entry point of the ``smoothsk`` console script."""
+    """Entry point of the ``smoothsk`` console script.
+
+    A bad file or setting (a ``ValueError`` or ``OSError``; the readers turn
+    whatever a hostile file makes go wrong into one, naming the file) ends
+    the command with one line on standard error, ``smoothsk <command>:
+    error: ...``, and exit status 2; with ``--debug`` it is raised, with its
+    traceback.
+    """
     args = build_parser().parse_args(argv)
     run = {"demo": run_demo_command, "fit": run_fit, "certify": run_certify}[args.command]
     try:
         return run(args)
-    except (ValueError, OSError) as exc:  # bad files and settings: one line, no traceback
+    except (ValueError, OSError) as exc:  # bad files and settings: one line, no traceback (unless --debug)
+        if args.debug:
+            raise
         message = " ".join(str(exc).split())
         print(f"smoothsk {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_digits
-from sklearn.utils import check_random_state
+from sklearn.utils import Bunch, check_random_state
 
 from .statistics import first_offender
 
-__all__ = ["load_digits_images", "make_heterogeneous_margins", "load_mnist", "load_cifar10"]
+__all__ = ["load_digits_images", "make_heterogeneous_margins", "load_mnist", "load_mnist_protocol", "load_cifar10"]
 
 
 def load_digits_images():
@@ -186,6 +186,114 @@ def load_mnist(folder, train=True):
     images = _read_idx(_find(folder, [f"{prefix}-images-idx3-ubyte", f"{prefix}-images.idx3-ubyte"]), 3)
     labels = _read_idx(_find(folder, [f"{prefix}-labels-idx1-ubyte", f"{prefix}-labels.idx1-ubyte"]), 1)
     return (images.astype(np.float32) / 255.0)[:, None], labels.astype(np.int64)
+
+
+#: Pixels per MNIST image, and columns per row of the 5,000-image CSV (the pixels, then the label).
+_MNIST_PIXELS = 28 * 28
+#: The protocol's certify images: every 20th test image (the papers' choice).
+MNIST_CERTIFY_EVERY = 20
+
+
+def _read_mnist_csv(path):
+    """Images (uint8, shape (n, 28, 28)) and labels (uint8) of a CSV of rows ``pixel_0, ..., pixel_783, label``.
+
+    Read as gzipped text, within :data:`MAX_GZIP_RATIO` times the file's size,
+    and checked before use: 785 integer columns, pixels 0-255, labels 0-9.
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    limit = path.stat().st_size * (MAX_GZIP_RATIO if opener is gzip.open else 1)
+    with opener(path, "rb") as f:
+        text = f.read(limit + 1)
+    if len(text) > limit:
+        raise ValueError(f"{path} inflates to over {MAX_GZIP_RATIO} times its size: refused (a decompression bomb?).")
+    try:
+        table = np.loadtxt(text.decode("ascii").splitlines(), delimiter=",", dtype=np.int64, ndmin=2)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{path} is not a CSV of integers: {' '.join(str(error).split())[:200]}") from None
+    if table.shape[1] != _MNIST_PIXELS + 1 or len(table) == 0:
+        raise ValueError(f"{path} has rows of {table.shape[1]} columns; expected {_MNIST_PIXELS + 1} (the 784 "
+                         "pixels, then the label).")
+    pixels, labels = table[:, :-1], table[:, -1]
+    if pixels.min() < 0 or pixels.max() > 255 or labels.min() < 0 or labels.max() > 9:
+        raise ValueError(f"{path} holds pixels outside 0-255 or labels outside 0-9.")
+    return pixels.astype(np.uint8).reshape(-1, 28, 28), labels.astype(np.uint8)
+
+
+def load_mnist_protocol(folder):
+    """Real MNIST split by the benchmark protocol: training, validation and certify images.
+
+    The protocol (``shared/data/mnist/README.md``) fixes the splits so that
+    figures compare across runs; index ``i`` is the position in the official
+    test set:
+
+    - **certify** (500): the test images with ``i % 20 == 0``, the papers'
+      "every 20th test image";
+    - with the official training files in ``folder`` (``train-images-idx3-ubyte``
+      etc.): **train** is their 60,000 images, **validation** the 9,500 other
+      test images;
+    - otherwise, with ``mnist_5k.csv.gz`` (5,000 images of the official
+      training split): **train** (10,000) is those 5,000, then the test images
+      with odd ``i``; **validation** (4,500) the test images with even ``i``
+      not certified.
+
+    Tune on the validation images, never on the certify images.
+
+    Parameters
+    ----------
+    folder : str or Path
+        Folder with ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``
+        (gzipped or not), and the official training files or ``mnist_5k.csv.gz``.
+
+    Returns
+    -------
+    sklearn.utils.Bunch
+        ``X_train``, ``X_validation``, ``X_certify``: float32 arrays of shape
+        (n, 1, 28, 28), intensities in [0, 1]; ``y_train``, ``y_validation``,
+        ``y_certify``: int64 labels of shape (n,); ``certify_index``: int64
+        positions of the certify images in the official test set, shape
+        (500,); ``protocol``: ``"official"`` or ``"5k"``, which training set
+        was found.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the test files are missing, or neither the training files nor
+        ``mnist_5k.csv.gz`` are there.
+    ValueError
+        If a file is malformed (see :func:`load_mnist`), naming it.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> folder = Path("../shared/data/mnist")
+    >>> if folder.exists():
+    ...     splits = load_mnist_protocol(folder)
+    ...     print(splits.protocol, len(splits.X_train), len(splits.X_validation), len(splits.X_certify))
+    ... else:
+    ...     print("5k 10000 4500 500")
+    5k 10000 4500 500
+    """
+    folder = Path(folder)
+    X_test, y_test = load_mnist(folder, train=False)
+    index = np.arange(len(X_test))
+    certify = index % MNIST_CERTIFY_EVERY == 0
+    if any((folder / name).exists() for name in ("train-images-idx3-ubyte", "train-images-idx3-ubyte.gz",
+                                                  "train-images.idx3-ubyte", "train-images.idx3-ubyte.gz")):
+        X_train, y_train = load_mnist(folder, train=True)
+        validation, protocol = ~certify, "official"
+    else:
+        csv = folder / "mnist_5k.csv.gz"
+        if not csv.exists():
+            raise FileNotFoundError(f"{folder} holds neither MNIST's training files (train-images-idx3-ubyte, ...) "
+                                    "nor mnist_5k.csv.gz.")
+        images, labels = _read_mnist_csv(csv)
+        odd = index % 2 == 1
+        X_train = np.concatenate([(images.astype(np.float32) / 255.0)[:, None], X_test[odd]])
+        y_train = np.concatenate([labels.astype(np.int64), y_test[odd]])
+        validation, protocol = ~odd & ~certify, "5k"
+    return Bunch(X_train=X_train, y_train=y_train, X_validation=X_test[validation],
+                 y_validation=y_test[validation], X_certify=X_test[certify], y_certify=y_test[certify],
+                 certify_index=index[certify], protocol=protocol)
 
 
 #: Bytes of one record of CIFAR-10's binary version: the label, then the red, green and blue 32x32 planes.

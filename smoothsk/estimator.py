@@ -14,35 +14,27 @@ import functools
 import inspect
 import sys
 import warnings
-from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, clone
 from sklearn.exceptions import NotFittedError
-from sklearn.utils import check_random_state
-from ._constraints import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
-from skorch.dataset import Dataset as SkorchDataset
-from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from . import _checkpoint, _parallel, _params, _stages, _validation
-from ._data import IndexedTensorDataset, TensorBatches, input_ids
-from ._digest import module_fingerprint
+from . import _certification, _checkpoint, _params, _stages, _validation
 from ._persistence import load_estimator, save_estimator
-from .certificates import ABSTAIN, Certificates, fixed_sigma_guarantee
-from .engine import MonteCarloEngine
-from .regions import NoRegions, RegionStore
-from .sigma import BaseCertifiedSigma, FixedSigma
-from .statistics import binomial_abstains
-from .training._sigma_timer import SigmaTimer
+from ._training_steps import NoisyTrainingSteps
+from .certificates import ABSTAIN
+from .regions import RegionStore
+from .sigma import BaseCertifiedSigma, SigmaFitContext
+from .statistics import top_two_test
 
 __all__ = ["SampleWiseSmoothedClassifier"]
 
 
-class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
+class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNet):
     """A smoothed classifier whose Gaussian noise level may differ per input.
 
     ``g(x) = argmax_c P(f(x + e) = c)``, ``e ~ N(0, sigma(x)^2 I)``, where
@@ -171,18 +163,6 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
     ((5,), True)
     """
 
-    _smoothing_constraints = {
-        "training": [HasMethods(["run", "batch_sigma"]), None],
-        "sigma_search": [HasMethods(["search"]), None],
-        "sampler": [HasMethods(["certify"]), None],
-        "allocator": [HasMethods(["allocate"]), None],
-        "alpha": [Interval(Real, 0, 1, closed="neither")],
-        "certify_batch_size": [Interval(Integral, 1, None, closed="left")],
-        "certify_autocast": [StrOptions({"bfloat16", "float16"}), None],
-        "n_jobs": [Integral, None],
-        "random_state": ["random_state"],
-    }
-
     def __init__(
         self,
         module,
@@ -240,7 +220,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 if len(store):
                     warnings.warn(f"{name} changed from {getattr(store, field)!r} to {own[name]!r}: the {len(store)} "
                                   f"regions in regions_ {why} and are cleared.", UserWarning, stacklevel=2)
-                self.regions_ = RegionStore.empty(store.centres.shape[1])
+                self._reset_store()
         _params.set_component_params(self, nested)
         return self
 
@@ -248,14 +228,6 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         # skorch's set of prefixed parameters to check is rebuilt from them in
         # __init__: bookkeeping, not a parameter a user (or clone) should set.
         return [name for name in super()._get_param_names() if name != "_params_to_validate"]
-
-    def _component(self, name):
-        """The component in use for ``name``: the parameter, or its default."""
-        return _params.component(self, name)
-
-    def _validate_smoothing_params(self):
-        """Check the smoothing parameters; returns the validated components in use by name."""
-        return _validation.validated_components(self, self._smoothing_constraints)
 
     # ---------------------------------------------------------------- training
 
@@ -324,52 +296,26 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         return self._fit(X, y, reset=not self.initialized_, classes=classes, **fit_params)
 
     def _fit(self, X, y, reset, classes=None, **fit_params):
-        if "sample_weight" in fit_params:
-            raise TypeError(f"{type(self).__name__} does not support sample_weight: the training "
-                            "loss weighs every sample equally; resample the data instead.")
-        if "epochs" in fit_params:
-            raise TypeError("fit_params may not hold 'epochs': the training schedule sets the epochs of each "
-                            "stage itself; set max_epochs or the schedule's epoch parameters instead.")
-        components = self._validate_smoothing_params()
-        self._check_iterator_options()
-        self._check_device_available()
-        X, y = _validation.check_training_data(self, X, y, reset)
-        if classes is not None:
-            classes = _validation.check_classes(classes, "classes")
-            if not reset and not np.array_equal(classes, self.classes_):
-                raise ValueError(f"classes={classes.tolist()} differ from classes_ {self.classes_.tolist()}, "
-                                 "learnt by the call that initialised the module; fit anew to change them.")
+        components, X, y_index, classes = _validation.check_fit(self, X, y, reset, classes, fit_params)
+        fitted, history = dict(vars(self)), list(getattr(self, "history_", None) or [])
         if reset:
-            y_index, classes = _validation.encode_labels(y, classes, "classes")
-        else:
-            y_index, classes = _validation.encode_labels(y, self.classes_)
-        if isinstance(components["sigma_search"], BaseCertifiedSigma):
-            components["sigma_search"].check_before_fit(components["training"], torch.from_numpy(X))
-        if reset:
-            fitted, history = dict(vars(self)), list(getattr(self, "history_", None) or [])
             try:
-                self.classes_ = classes
-                self.input_shape_ = X.shape[1:]
+                self.classes_, self.input_shape_ = classes, X.shape[1:]
                 self.n_features_in_ = int(np.prod(self.input_shape_))
                 self.initialize()
                 _validation.check_module_output(self.module_, X, len(self.classes_), self.device)
             except Exception:  # a refused refit leaves the fitted estimator as it was
                 self._restore(fitted, history)
                 raise
-            self.regions_ = RegionStore.empty(self.n_features_in_)
+            self._reset_store()
         # A fitted sigma function certifies the weights it was fitted for: training changes them.
         vars(self).pop("sigma_search_", None)
         # The user's schedule is a parameter: a clone of it carries this run's state
         # (objective, stage), so fit never writes into what was passed.
-        self.training_ = clone(components["training"])
-        # Training randomness, seeded per run so that a refit repeats and a
-        # partial_fit continues with fresh noise; dropped when pickled.
-        self.noise_generator_ = torch.Generator(device=self.device).manual_seed(
-            self._seed(_stages.TRAIN_NOISE_SALT) + len(self.history))
-        self.shuffle_generator_ = torch.Generator().manual_seed(self._seed(_stages.SHUFFLE_SALT) + len(self.history))
-        X_t, y_t = torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64)
+        self.training_ = clone(components.training)
         try:
-            self._run_training(components, X_t, y_t, fit_params)
+            self._run_training(components, torch.from_numpy(X), torch.as_tensor(y_index, dtype=torch.int64),
+                               fit_params)
         except BaseException:  # Ctrl-C in a callback too (one within the epochs ends training, as in skorch)
             # A refit that fails (in a callback, in training, in fitting the sigma function) leaves the
             # fitted estimator as it was, where the refit built a module of its own (a module instance
@@ -377,11 +323,16 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
             if reset and self.module_ is not fitted.get("module_", self.module_):
                 self._restore(fitted, history)
             raise
-        self.regions_ = RegionStore.empty(self.n_features_in_)  # regions certify the old weights only
+        self._reset_store()  # regions certify the old weights only
         return self
 
     def _run_training(self, components, X, y, fit_params):
         """Run the training schedule's clone and fit the certified sigma function, if any, between callbacks."""
+        # Training randomness, seeded per run so that a refit repeats and a
+        # partial_fit continues with fresh noise; dropped when pickled.
+        self.noise_generator_ = torch.Generator(device=self.device).manual_seed(
+            self._seed(_stages.TRAIN_NOISE_SALT) + len(self.history))
+        self.shuffle_generator_ = torch.Generator().manual_seed(self._seed(_stages.SHUFFLE_SALT) + len(self.history))
         self.notify("on_train_begin", X=X, y=y)
         device = torch.device(self.device)
         # The module's own randomness (dropout, ...) uses torch's global
@@ -392,9 +343,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                 self.training_.run(self, X, y, **fit_params)
             except KeyboardInterrupt:
                 pass
-            if isinstance(components["sigma_search"], BaseCertifiedSigma):
+            if isinstance(components.sigma_search, BaseCertifiedSigma):
                 # A clone: the user's parameter object is never changed.
-                self.sigma_search_ = clone(components["sigma_search"]).fit_sigma(self, X, y)
+                self.sigma_search_ = clone(components.sigma_search).fit_sigma(
+                    SigmaFitContext.from_estimator(self), X, y)
         self.notify("on_train_end", X=X, y=y)
 
     def _restore(self, fitted, history):
@@ -404,15 +356,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         if self.history_ is not None:  # skorch clears its history in place
             self.history_[:] = history
 
-    def _check_device_available(self):
-        """Raise ``ValueError`` if ``device`` names a device this machine does not have."""
-        _validation.check_device_available(self.device)
-
     def _seed(self, salt):
         """A non-negative int seed from ``random_state`` for one use (``salt``, see :mod:`smoothsk._stages`)."""
-        if self.random_state is None or isinstance(self.random_state, np.random.RandomState):
-            return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        return int(np.random.SeedSequence([int(self.random_state), salt]).generate_state(1)[0])
+        return _stages.seed(self.random_state, salt)
 
     def initialize_module(self):
         """Build the module (seeded by ``random_state``), passing ``n_classes`` if it takes it.
@@ -430,7 +376,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         if hasattr(self, "regions_"):
             # A new module is a new model, even where its seeded state_dict (and so the
             # store's weights fingerprint) equals the old one's: its regions certify the old model.
-            self.regions_ = RegionStore.empty(self.regions_.centres.shape[1])
+            self._reset_store()
             # Nor has it trained: the old module's epochs would resume the schedule past its start.
             self.initialize_history()
             for name in ("train_sigmas_", "train_keys_"):
@@ -453,132 +399,39 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
                     module(torch.zeros((1,) + self.input_shape_))
         return module
 
-    def get_dataset(self, X, y=None):
-        """Training tensors as an indexed dataset (items ``(x, y, position)``)."""
-        if isinstance(X, Dataset):
-            return X
-        return IndexedTensorDataset(torch.as_tensor(X), None if y is None else torch.as_tensor(y))
-
-    def get_iterator(self, dataset, training=False):
-        """Batches by tensor slicing; a custom ``iterator_train``/``iterator_valid`` is honoured."""
-        iterator = self.iterator_train if training else self.iterator_valid
-        if iterator is not DataLoader:
-            return super().get_iterator(dataset, training)
-        kwargs = self.get_params_for("iterator_train" if training else "iterator_valid")
-        shuffle = kwargs.get("shuffle", training)
-        return TensorBatches(dataset, kwargs.get("batch_size", self.batch_size), shuffle,
-                              getattr(self, "shuffle_generator_", None), kwargs.get("drop_last", False))
-
-    def _check_iterator_options(self):
-        """Refuse a ``dataset`` and ``iterator_train__*``/``iterator_valid__*`` options the training would ignore."""
-        if self.dataset is not SkorchDataset or self.get_params_for("dataset"):
-            raise ValueError("dataset is not used: smoothsk trains on its own indexed dataset of X and y (each "
-                             "item's position keys its training sigma); leave dataset and dataset__* at their "
-                             "defaults.")
-        for prefix in ("iterator_train", "iterator_valid"):
-            if getattr(self, prefix) is not DataLoader:
-                continue  # a custom iterator gets every option (skorch's get_iterator)
-            ignored = sorted(set(self.get_params_for(prefix)) - set(TensorBatches.OPTIONS))
-            if ignored:
-                raise ValueError(f"{prefix}__{ignored[0]} is not an option of smoothsk's training batches, which "
-                                 f"slice the tensors in memory and take only {', '.join(TensorBatches.OPTIONS)}; "
-                                 f"for DataLoader's other options set {prefix} to a DataLoader subclass.")
-
-    def _batch_loss(self, batch):
-        X, y, index = (part.to(self.device) for part in batch)
-        sigma = self.training_.batch_sigma(self, X, y, index)
-        return self.training_.objective_.loss(self, X, y, sigma)
-
-    def train_step_single(self, batch, **fit_params):
-        """Loss on noisy copies with each sample's sigma; backward.
-
-        Returns
-        -------
-        dict
-            ``{'loss': loss, 'y_pred': logits on one noisy copy per sample}``.
-        """
-        self._set_training(True)
-        loss, logits = self._batch_loss(batch)
-        loss.backward()
-        return {"loss": loss, "y_pred": logits}
-
-    def validation_step(self, batch, **fit_params):
-        """Validation loss under the same per-sample noise as training.
-
-        Returns
-        -------
-        dict
-            ``{'loss': loss, 'y_pred': logits}``.
-        """
-        self._set_training(False)
-        with torch.no_grad():
-            loss, logits = self._batch_loss(batch)
-        return {"loss": loss, "y_pred": logits}
-
-    def get_default_callbacks(self):
-        """skorch's default callbacks after :class:`~smoothsk.training._sigma_timer.SigmaTimer` (``sigma_time``)."""
-        return [("sigma_timer", SigmaTimer()), *super().get_default_callbacks()]
-
-    def on_epoch_begin(self, net, dataset_train=None, dataset_valid=None, **kwargs):
-        """Let the training schedule update per-sample sigmas before each epoch."""
-        super().on_epoch_begin(net, dataset_train, dataset_valid, **kwargs)
-        self.training_.on_epoch_begin(self)
-
     # --------------------------------------------------------------- inference
 
-    def _engine(self, X, root_seed, progress=None, one_worker=False):
-        """The Monte Carlo engine for inputs X, their noise keyed by their values.
+    def _smoothing(self):
+        """What certification and prediction read, resolved and validated before any sampling.
 
-        Keying each input's noise streams by a hash of its values (not by its
-        row) makes its certificate independent of the other inputs and of its
-        place in X: certifying X, a subset, a permutation or a chunk of it
-        gives each input the same noise. ``one_worker`` runs the engine
-        in-process (inside a worker of :mod:`smoothsk._parallel`).
+        Returns
+        -------
+        smoothsk._certification.Smoothing
         """
-        self.module_.eval()
-        autocast = None if self.certify_autocast is None else getattr(torch, self.certify_autocast)
-        engine = MonteCarloEngine(self.module_, len(self.classes_), self.certify_batch_size,
-                                  self.device, None if one_worker else self.n_jobs, root_seed=root_seed,
-                                  progress=progress, autocast=autocast)
-        return engine.keyed_by(input_ids(X))
-
-    def _smoothing_sigma(self, X, components, engine):
-        """What ``predict`` smooths with, where it must abstain, and the alpha of its test.
-
-        Returns the searched sigma, then the allocator's (region) sigma, with
-        no abstention and the whole ``alpha``; or, with a certified sigma
-        function, its PREDICT choice and abstentions at ``alpha_share *
-        alpha``, leaving the rest of ``alpha`` to the classifier's test (so
-        a returned class is ``G(x)`` with probability at least ``1 - alpha``).
-        """
-        self._check_regions(components)
-        search = components["sigma_search"]
-        if isinstance(search, BaseCertifiedSigma):
-            fitted = self._fitted_sigma_search(search)
-            sigma, abstain = fitted.predict_sigma(engine, torch.from_numpy(X), fitted.alpha_share * self.alpha)
-            return sigma, abstain, (1.0 - fitted.alpha_share) * self.alpha
-        sigma = search.search(engine, torch.from_numpy(X)).sigma
-        sigma = components["allocator"].assign_sigma(self.regions_, X.reshape(len(X), -1), sigma)
-        return sigma, np.zeros(len(X), dtype=bool), self.alpha
-
-    def _fitted_sigma_search(self, search):
-        """The fitted clone of the certified sigma function ``search`` (``sigma_search_``)."""
-        fitted = getattr(self, "sigma_search_", None)
-        if fitted is None:
-            raise NotFittedError(
-                f"sigma_search={type(search).__name__}(...) is a certified sigma function, fitted in fit; "
-                "it was set after this estimator was fitted: call fit again.")
-        return search.with_fitted_state(fitted)
-
-    def _prediction_counts(self, X):
         self.check_is_fitted()
-        components = self._validate_smoothing_params()
-        self._check_device_available()
-        X = _validation.check_inputs(self, X, reset=False)
-        engine = self._engine(X, self._seed(_stages.PREDICT_SALT))
-        sigma, abstain, alpha = self._smoothing_sigma(X, components, engine)
-        n = components["sampler"].prediction_sample_size
-        return engine.class_counts(torch.from_numpy(X), sigma, n, _stages.PREDICT_STAGE), n, abstain, alpha
+        components = _validation.smoothing_components(self)
+        _validation.check_device_available(self.device)
+        sigma_function = None
+        if isinstance(components.sigma_search, BaseCertifiedSigma):
+            fitted = getattr(self, "sigma_search_", None)
+            if fitted is None:
+                raise NotFittedError(
+                    f"sigma_search={type(components.sigma_search).__name__}(...) is a certified sigma function, "
+                    "fitted in fit; it was set after this estimator was fitted: call fit again.")
+            sigma_function = components.sigma_search.with_fitted_state(fitted)
+        return _certification.Smoothing(self.module_, len(self.classes_), self.n_features_in_, components,
+                                        sigma_function, self.alpha, self.certify_batch_size, self.device, self.n_jobs,
+                                        self.certify_autocast)
+
+    def _predict_checked(self, X):
+        """:meth:`predict` on inputs ``X`` already checked (float32 ndarray)."""
+        smoothing = self._smoothing()
+        counts, _, abstain, alpha = _certification.prediction_counts(
+            smoothing, X, self._seed(_stages.PREDICT_SALT), self.regions_)
+        top, not_significant = top_two_test(counts, alpha)
+        prediction = np.where(not_significant | abstain, ABSTAIN, top)
+        prediction = smoothing.components.allocator.predict_override(self.regions_, X.reshape(len(X), -1), prediction)
+        return _validation.decode_labels(prediction, self.classes_)
 
     def predict(self, X):
         """Cohen et al.'s PREDICT: the top class, or ``ABSTAIN`` if not significant.
@@ -601,14 +454,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         labels : ndarray, shape (n_inputs,)
             Class labels, ``ABSTAIN`` (-1) where the test abstains.
         """
-        counts, _, abstain, alpha = self._prediction_counts(X)
-        order = np.argsort(-counts, axis=1, kind="stable")
-        rows = np.arange(len(counts))
-        top, second = counts[rows, order[:, 0]], counts[rows, order[:, 1]]
-        prediction = np.where(binomial_abstains(top, second, alpha) | abstain, ABSTAIN, order[:, 0])
-        X = _validation.check_inputs(self, X, reset=False)
-        prediction = self._component("allocator").predict_override(self.regions_, X.reshape(len(X), -1), prediction)
-        return _validation.decode_labels(prediction, self.classes_)
+        self.check_is_fitted()
+        return self._predict_checked(_validation.check_inputs(self, X, reset=False))
 
     def predict_proba(self, X):
         """Monte Carlo class frequencies under each input's noise.
@@ -622,7 +469,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         proba : ndarray of float, shape (n_inputs, n_classes)
             Fraction of noisy copies classified as each class of ``classes_``.
         """
-        counts, n, _, _ = self._prediction_counts(X)
+        self.check_is_fitted()
+        X = _validation.check_inputs(self, X, reset=False)
+        counts, n, _, _ = _certification.prediction_counts(
+            self._smoothing(), X, self._seed(_stages.PREDICT_SALT), self.regions_)
         return counts / n
 
     def score(self, X, y, sample_weight=None):
@@ -645,7 +495,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         if sample_weight is not None:
             sample_weight = _validation.check_label_vector(sample_weight, len(X), "sample_weight",
                                                              unit="weight").astype(np.float64)
-        correct = _validation.correct_predictions(self.predict(X), y)
+        correct = _validation.correct_predictions(self._predict_checked(X), y)
         return float(np.average(correct, weights=sample_weight))
 
     def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False):
@@ -685,130 +535,31 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         details : Certificates
             Only with ``return_details``; ``details.prediction`` holds class indices.
         """
-        self.check_is_fitted()
-        components = self._validate_smoothing_params()
-        self._check_device_available()
+        smoothing = self._smoothing()
         X = _validation.check_inputs(self, X, reset=False)
         every = _checkpoint.check_chunk_size(checkpoint_every)
         if checkpoint is not None:
             checkpoint = _checkpoint.check_path(checkpoint)
         if not isinstance(keep_checkpoint, bool):
             raise ValueError(f"keep_checkpoint must be a bool, got {keep_checkpoint!r}.")
+        root_seed = self._seed(_stages.CERTIFY_SALT)
         with tqdm(desc="certify", unit=" noisy samples", unit_scale=True, mininterval=1.0,
                   disable=not self.verbose, file=sys.stderr) as progress:
             if checkpoint is None:
                 with self.regions_.transaction():
-                    certificates = self._certify_rows(X, np.arange(len(X)), components,
-                                                      self._seed(_stages.CERTIFY_SALT), progress,
-                                                      self.regions_)
+                    certificates = _certification.certify_rows(smoothing, X, np.arange(len(X)), root_seed,
+                                                               self.regions_, progress)
             else:
-                certificates = self._certify_with_checkpoint(X, components, checkpoint, every, progress,
-                                                             keep_checkpoint)
+                certificates = _checkpoint.certify_in_chunks(
+                    functools.partial(_certification.certify_rows, smoothing, X, progress=progress), len(X),
+                    checkpoint, every,
+                    _checkpoint.run_fingerprint(self, X), root_seed, get_store=lambda: self.regions_,
+                    set_store=lambda store: setattr(self, "regions_", store), alpha=self.alpha,
+                    n_classes=len(self.classes_), keep=keep_checkpoint)
         prediction = _validation.decode_labels(certificates.prediction, self.classes_)
         if return_details:
             return prediction, certificates.radius, certificates
         return prediction, certificates.radius
-
-    def _certify_rows(self, X, rows, components, root_seed, progress, regions):
-        """Certify ``X[rows]`` against (and extending) the store ``regions``.
-
-        A chunk gets the noise it would get in a one-shot run. With ``n_jobs``
-        and a stateless allocator, chunks of the rows are certified by joblib
-        workers (see :mod:`smoothsk._parallel`), each with a one-worker engine
-        (no nested parallelism); a stateful allocator or a set-level search keeps its one pass here.
-        """
-        self._check_regions(components, regions)
-        if _parallel.can_split(components) and _parallel.n_chunks(len(rows), self.n_jobs) > 1:
-            certify_chunk = functools.partial(self._certify_chunk, components=components, root_seed=root_seed,
-                                              progress=None, regions=regions, one_worker=True)
-            return _parallel.certify_in_parallel(certify_chunk, X[rows], self.n_jobs, progress)
-        return self._certify_chunk(X[rows], components, root_seed, progress, regions)
-
-    def _certify_chunk(self, X_chunk, components, root_seed, progress, regions, one_worker=False):
-        """Certify the inputs ``X_chunk`` (float32 ndarray) in one pass against the store ``regions``."""
-        engine = self._engine(X_chunk, root_seed, progress, one_worker)
-        X_rows = torch.from_numpy(X_chunk)
-        if isinstance(components["sigma_search"], BaseCertifiedSigma):
-            return self._certify_sample_wise(X_chunk, components, engine, regions)
-        searched = components["sigma_search"].search(engine, X_rows)
-        sampler = components["sampler"]
-
-        def certify_fn(subset, sigma, stage, alpha_share=1.0):
-            return sampler.certify(engine.restricted(subset), X_rows[subset], sigma,
-                                   self.alpha * alpha_share, stage)
-
-        certificates = components["allocator"].allocate(
-            regions, X_chunk.reshape(len(X_chunk), -1), searched.sigma, certify_fn)
-        certificates.search_steps = searched.steps
-        certificates.guarantee = self._guarantee(components)
-        return certificates
-
-    @staticmethod
-    def _guarantee(components):
-        """Which classifier certificates of ``components`` are about (``Certificates.guarantee``).
-
-        The allocator's statement, except that ``NoRegions`` with ``FixedSigma``
-        certifies ``g`` at one sigma for every input: that is the very
-        classifier ``predict`` queries (Cohen et al.), so the certificate is
-        about the deployed classifier.
-        """
-        allocator, search = components["allocator"], components["sigma_search"]
-        if isinstance(allocator, NoRegions) and isinstance(search, FixedSigma):
-            return fixed_sigma_guarantee(search.sigma)
-        return allocator.guarantee
-
-    def _certify_sample_wise(self, X, components, engine, regions):
-        """Certificates of ``G(x) = g(x, sigma(x))`` with a certified sigma function.
-
-        The sigma function certifies itself at ``alpha_share * alpha`` on its
-        own stages; the classifier is certified at the chosen sigma (sampler
-        and a composing allocator) at the rest of ``alpha`` with fresh samples
-        (its stages differ). By the union bound both certificates hold with
-        probability at least ``1 - alpha``, and then ``G`` predicts the class
-        on the ball of radius ``g_radius`` (see :class:`~smoothsk.sigma.BaseCertifiedSigma`).
-        Inputs where the sigma function abstains are not sampled and abstain.
-        """
-        sigma_function = self._fitted_sigma_search(components["sigma_search"])
-        share = float(sigma_function.alpha_share)
-        X_t = torch.from_numpy(X)
-        chosen = sigma_function.certify_sigma(engine, X_t, share * self.alpha)
-        rows = np.flatnonzero(~chosen.abstain)
-        sampler = components["sampler"]
-
-        def certify_fn(subset, sigma, stage, alpha_share=1.0):
-            subset = rows[np.asarray(subset, dtype=np.int64)]
-            return sampler.certify(engine.restricted(subset), X_t[subset], sigma,
-                                   (1.0 - share) * self.alpha * alpha_share, stage)
-
-        classified = components["allocator"].allocate(
-            regions, X[rows].reshape(len(rows), self.n_features_in_), chosen.sigma[rows], certify_fn)
-        prediction = np.full(len(X), ABSTAIN, dtype=np.int64)
-        p_lower = np.zeros(len(X))
-        n_samples = np.zeros(len(X), dtype=np.int64)
-        prediction[rows], p_lower[rows], n_samples[rows] = (
-            classified.prediction, classified.p_lower, classified.n_samples)
-        radius = sigma_function.g_radius(chosen.sigma, p_lower, chosen.radius_cap, self.n_features_in_)
-        radius = np.where(prediction >= 0, np.maximum(radius, 0.0), 0.0)
-        return Certificates(prediction, radius, chosen.sigma, p_lower, n_samples, chosen.steps,
-                            radius_cap=chosen.radius_cap, sigma_samples=chosen.n_samples,
-                            guarantee=sigma_function.guarantee)
-
-    def _certify_with_checkpoint(self, X, components, path, every, progress, keep):
-        """Certify ``X`` in chunks recorded in the checkpoint ``path`` (see :mod:`smoothsk._checkpoint`)."""
-        def certify_rows(rows, root_seed, regions):
-            return self._certify_rows(X, rows, components, root_seed, progress, regions)
-
-        return _checkpoint.certify_in_chunks(
-            certify_rows, len(X), path, every, _checkpoint.run_fingerprint(self, X), self._seed(_stages.CERTIFY_SALT),
-            get_store=lambda: self.regions_, set_store=lambda store: setattr(self, "regions_", store), keep=keep)
-
-    def _check_regions(self, components, regions=None):
-        """Refuse a store of other weights, another allocator class, alpha or precision (before sampling)."""
-        regions = self.regions_ if regions is None else regions
-        if components["allocator"].stateless and len(regions) == 0:
-            return  # a stateless allocator never stores a region: no owner to check or adopt
-        regions.check_owner(module_fingerprint(self.module_), type(components["allocator"]).__name__, self.alpha,
-                            self.certify_autocast)
 
     def reset_regions(self):
         """Forget all allocated robust regions.
@@ -822,83 +573,65 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         self
         """
         self.check_is_fitted()
-        self.regions_ = RegionStore.empty(self.n_features_in_)
+        self._reset_store()
         return self
+
+    def _reset_store(self):
+        """Start an empty region store (``regions_``): the one place a store is made or cleared."""
+        self.regions_ = RegionStore.empty(self.n_features_in_)
 
     def save(self, path, *, key=None):
         """Write the fitted estimator to one safetensors file that loads without running code.
 
-        The file holds the module's weights, ``train_sigmas_``, the
-        allocated regions and a fitted certified sigma function
-        (``sigma_search_`` of a ``CertifiedSigmaSelector``: levels and
-        selector weights; of a ``SemiElasticSigma``: training inputs and
-        offset; since format version 2) as tensors, and as JSON the
-        parameters (components by class name and parameters), ``classes_``
-        with its dtype, ``input_shape_``, the history, the format version
-        and a SHA-256 digest of it all, or with ``key`` an HMAC-SHA256 that
-        only holders of the key can compute. Not saved: the optimizer's state
-        (``partial_fit`` after :meth:`load` starts a fresh optimizer) and the
-        parameters that can name code (``callbacks``, ``compile``,
-        ``criterion``, the iterators and datasets, ``torch_load_kwargs``:
-        a warning names those not at their defaults; set them again after
-        loading). The format is described in ``smoothsk._persistence``.
+        Tensors (weights, ``train_sigmas_``, regions, a fitted certified
+        sigma function) and JSON (the parameters a file may set, ``classes_``,
+        ``input_shape_``, the history) with a SHA-256 digest, or under ``key``
+        an HMAC-SHA256. Not saved: the optimizer's state and the parameters
+        that can name code (``callbacks``, ``compile``, ``criterion``, the
+        iterators, ``torch_load_kwargs``; a warning names those not at their
+        defaults). The format and its guarantees: ``smoothsk._persistence``.
 
         Parameters
         ----------
         path : str or path-like
-            File to write (replaced atomically if it exists, keeping its permissions).
+            File to write (replaced atomically, keeping its permissions).
         key : bytes, optional
             Secret of at least 16 bytes (``secrets.token_bytes(32)``): the file
-            is authenticated with HMAC-SHA256 and loads only with this key.
+            then loads only with this key.
 
         Raises
         ------
         ValueError
-            If a parameter is not JSON data, a class or a scikit-learn-style
-            component (a function, a ``RandomState``, ...), or not one the
-            class takes (an attribute set on the estimator), or if the module
-            (or fitted sigma function) computes with state the file cannot
-            hold (a non-persistent buffer, an attribute changed after
-            construction, a hook added to it): the estimator that loading
-            would build is compared with this one first (a module given as an
-            instance is rebuilt from a copy of itself, since ``load`` takes
-            it from its caller: only its tensors are the file's). The message
-            names it, and no file is written.
+            Before writing anything, naming what: a path that cannot be
+            written, a parameter the format cannot hold, or module (or sigma
+            function) state outside its tensors, which the estimator that
+            loading would build is compared with this one to find.
         """
         save_estimator(self, path, key=key)
 
     @classmethod
     def load(cls, path, *, key=None, module=None, allowed_classes=()):
-        """Rebuild an estimator written by :meth:`save`, without pickle and without importing from the file.
+        """Rebuild an estimator written by :meth:`save`, without running code from the file.
 
-        Loading runs no code from the file and allocates no more than its
-        size justifies, whoever wrote it: the file sets only an allow-list of
-        parameters (smoothsk's own, the module and optimizer classes, plain
-        ``module__*``/``optimizer__*`` values); classes are taken from an
-        allow-list (smoothsk's public classes, ``torch.optim`` optimizers),
-        never imported by name, and your own module or component classes load
-        only when passed here; the module is built on the ``meta`` device and
-        compared with the file's tensors before it is built for real. Tensors
-        are read onto the CPU, then moved to the estimator's ``device`` (CPU,
-        with a warning, where a saved CUDA device is missing). The
-        certificates and predictions of the loaded estimator equal the saved
-        one's.
-
-        Without ``key``, the SHA-256 digest catches corrupted files and naive
-        edits but not a forger, who can recompute it: whether the weights
-        deserve trust is the user's call. With ``key``, the file loads only if
-        it was written with that key and not changed since.
+        Whoever wrote the file, loading runs none of its code and allocates no
+        more than its size justifies: it sets only an allow-list of
+        parameters, takes classes only from an allow-list (smoothsk's public
+        classes, ``torch.optim``'s optimizers, and yours passed here), and
+        builds the module on the ``meta`` device against the file's tensors
+        before building it for real (``smoothsk._persistence``). The loaded
+        estimator certifies and predicts as the saved one. An unkeyed digest
+        catches corruption, not a forger; with ``key``, only files written
+        with that key and unchanged since load.
 
         Parameters
         ----------
         path : str or path-like
         key : bytes, optional
-            The key the file was saved with; required for (and only for) a file
-            saved with one.
+            The key the file was saved with: required for a keyed file,
+            refused with an unkeyed one.
         module : torch.nn.Module class or instance, optional
-            Replaces the saved ``module`` parameter: needed for your own module
-            class, or when the module was an instance (which receives the
-            saved weights).
+            Replaces the saved ``module``: needed for your own module class,
+            or when the module was an instance (which receives the weights).
         allowed_classes : sequence of type, default=()
             Your own classes (components, modules) that the file may name.
 
@@ -910,11 +643,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NeuralNet):
         Raises
         ------
         ValueError
-            Naming the file and what is wrong: not a smoothsk model, an
-            unknown format version, missing or reshaped tensors, content that
-            does not match its digest or HMAC, a key missing or given for an
-            unkeyed file, a parameter a file may not set, a class not on the
-            allow-list, sizes beyond what the file's tensors justify.
+            One line naming the file and what is wrong with it.
         """
         return load_estimator(cls, path, module=module, allowed_classes=allowed_classes, key=key)
 

@@ -24,6 +24,7 @@ __all__ = [
     "top_class_radius",
     "soft_margin",
     "binomial_abstains",
+    "top_two_test",
 ]
 
 
@@ -320,3 +321,33 @@ def binomial_abstains(count_top, count_second, alpha):
     # scipy.stats.binomtest is exactly min(1, 2 * cdf(min(k, n - k))).
     p_value = np.minimum(1.0, 2.0 * stats.binom.cdf(np.minimum(count_top, count_second), n_trials, 0.5))
     return np.where(n_trials > 0, p_value, 1.0) > alpha
+
+
+def top_two_test(counts, alpha):
+    """Cohen et al.'s PREDICT on vote counts: the top class, and where it is not significantly ahead.
+
+    Parameters
+    ----------
+    counts : array-like of int, shape (n_inputs, n_classes)
+        Votes of each input's noisy samples, ``n_classes >= 2``.
+    alpha : float
+        Probability of returning a class other than the smoothed classifier's.
+
+    Returns
+    -------
+    top : ndarray of int, shape (n_inputs,)
+        The most frequent class of each input (the first among ties).
+    abstain : ndarray of bool, shape (n_inputs,)
+        :func:`binomial_abstains` of the counts of the most and second most
+        frequent classes.
+
+    Examples
+    --------
+    >>> top, abstain = top_two_test([[10, 600, 390], [450, 0, 550]], 0.001)
+    >>> top.tolist(), abstain.tolist()
+    ([1, 2], [False, True])
+    """
+    counts = np.asarray(counts)
+    order = np.argsort(-counts, axis=1, kind="stable")
+    rows = np.arange(len(counts))
+    return order[:, 0], binomial_abstains(counts[rows, order[:, 0]], counts[rows, order[:, 1]], alpha)

@@ -1,6 +1,8 @@
 """Tests of smoothsk._atomic: a file is written whole or not at all."""
 
 import os
+import stat
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +55,55 @@ def test_unwritable_reason_names_what_atomic_file_would_fail_on(tmp_path):
     assert unwritable_reason(tmp_path) == "it is a directory"
     assert unwritable_reason(tmp_path / "missing" / "out.csv").endswith("missing' does not exist")
     assert unwritable_reason(tmp_path / "a-file" / "out.csv").endswith("a-file' is not a directory")
+
+
+def test_rewriting_a_file_keeps_its_permissions(tmp_path):
+    # The regression: a 0600 model rewritten through atomic_file became 0644 (0o666 less the umask).
+    target, link = tmp_path / "model.bin", tmp_path / "link.bin"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+    link.symlink_to(target)
+    umask = os.umask(0o022)
+    try:
+        for path in (target, link):
+            with atomic_file(path) as file:
+                file.write(b"new")
+    finally:
+        os.umask(umask)
+    assert target.read_bytes() == b"new" and target.stat().st_mode & 0o7777 == 0o600
+
+
+def special_files(tmp_path):
+    """A FIFO, a symbolic link to it and a device node: existing files that are not regular files."""
+    fifo, link = tmp_path / "fifo", tmp_path / "link-to-fifo"
+    os.mkfifo(fifo)
+    link.symlink_to(fifo)
+    return {"fifo": fifo, "link to a fifo": link, "device": Path(os.devnull)}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+@pytest.mark.parametrize("kind", ["fifo", "link to a fifo", "device"])
+def test_a_file_that_is_not_a_regular_file_is_refused_up_front(tmp_path, kind):
+    assert unwritable_reason(special_files(tmp_path)[kind]) == "it is not a regular file (a device, FIFO or socket)"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_atomic_file_never_replaces_a_special_file(tmp_path):
+    fifo = special_files(tmp_path)["fifo"]
+    with pytest.raises(ValueError, match="not a regular file"), atomic_file(fifo) as file:
+        file.write(b"x")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "link-to-fifo"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_no_file_can_be_created_in_is_refused_up_front():
+    # /dev/stdout of a process writing to a pipe: /proc/<pid>/fd/pipe:[N], a path in a folder
+    # that os.access calls writable (for root) but where no file can be created.
+    read_end, write_end = os.pipe()
+    try:
+        reason = unwritable_reason(f"/proc/self/fd/{write_end}")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert reason is not None and "is not writable (creating a file there failed" in reason

@@ -4,18 +4,21 @@ import copy
 from collections import OrderedDict
 import json
 import os
+import re
 
 import joblib
 import numpy as np
 import pytest
 import torch
 
-from conftest import LinearLogits, SlabLogits
-from smoothsk import SampleWiseSmoothedClassifier
+from conftest import LinearLogits, SlabLogits, forbid
+from npz_support import npy_bytes, write_npz
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification
 from smoothsk._checkpoint import parameters_digest
-from smoothsk.regions import OnlineBallAllocator
-from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import CertifiedSigmaSelector, MultiStartFGSS, SemiElasticSigma
+from smoothsk.regions import MemoryAllocator, OnlineBallAllocator, TransductiveLPAllocator
+from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
+from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, MultiStartFGSS, SemiElasticSigma
+from smoothsk.statistics import certified_radius, clopper_pearson_lower
 from smoothsk.training import FixedSigmaTraining
 
 WEIGHT, BIAS = (1.0, -2.0), 0.1
@@ -343,6 +346,18 @@ class TestFileSafety:
         assert header["chunks_done"] == 1 and isinstance(header["root_seed"], int)
         assert {"inputs", "parameters", "weights", "version"} <= set(header["parts"])
 
+    @pytest.mark.parametrize("interrupted", [False, True], ids=["dangling link", "link to an interrupted run"])
+    def test_a_symbolic_link_leaves_no_checkpoint_behind(self, make_clf, tmp_path, interrupted):
+        # The regression: chunks were written to the link's target, and the end removed the link alone.
+        clf, X = make_clf(), inputs()
+        target, link = tmp_path / "target.ckpt", tmp_path / "link.ckpt"
+        link.symlink_to(target)
+        if interrupted:
+            interrupt(clf, X, target)
+        clf.certify(X, checkpoint=link, checkpoint_every=10)
+        assert InterruptingSampler.calls == ([10, 5] if interrupted else [10, 10, 5])
+        assert not target.exists()
+
     @pytest.mark.parametrize("every", [0, -1, 2.5, "10", True])
     def test_bad_chunk_size_is_refused_before_touching_the_file(self, make_clf, tmp_path, every):
         clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
@@ -371,3 +386,143 @@ class TestFileSafety:
         finally:
             folder.chmod(0o700)
         assert InterruptingSampler.calls == []
+
+
+def tamper(path, header=None, arrays=None, **options):
+    """Rewrite the checkpoint at ``path``: ``header`` entries and ``arrays`` (name -> array or ``.npy`` bytes)
+    replaced, the rest kept; ``options`` go to :func:`npz_support.write_npz`. Returns the new bytes."""
+    with np.load(path, allow_pickle=False) as data:
+        members = {name: data[name] for name in data.files}
+    recorded = json.loads(bytes(members["header"]).decode())
+    members["header"] = np.frombuffer(json.dumps({**recorded, **(header or {})}).encode(), dtype=np.uint8)
+    write_npz(path, {**members, **(arrays or {})}, **options)
+    return path.read_bytes()
+
+
+def recorded(path, name):
+    with np.load(path, allow_pickle=False) as data:
+        return data[name].copy()
+
+
+@pytest.mark.parametrize("params", [
+    pytest.param({"sampler": FixedSampler(n=100, n0=10)}, id="fixed"),
+    pytest.param({"sampler": InputSpecificSampler(n_max=300)}, id="input-specific"),
+    pytest.param({"sampler": SequentialSampler(n_max=300)}, id="sequential"),
+    pytest.param({"sampler": FixedSampler(n=100, n0=10),
+                  "sigma_search": GridSigmaSearch(sigma_min=0.25, sigma_max=1.0, step=0.25, n=50)}, id="grid search"),
+    *[pytest.param({"sampler": FixedSampler(n=100, n0=10), "allocator": allocator}, id=type(allocator).__name__)
+      for allocator in (OnlineBallAllocator(), TransductiveLPAllocator(), MemoryAllocator())],
+])
+def test_every_run_reads_back_its_own_checkpoint(make_linear_classifier, tmp_path, monkeypatch, params):
+    # The content checks refuse no file a run writes: a kept checkpoint returns every certificate unsampled.
+    clf, X, path = make_linear_classifier(WEIGHT, BIAS, **params), inputs(), tmp_path / "certify.ckpt"
+    saved = copy.deepcopy(clf)
+    expected = clf.certify(X, return_details=True, checkpoint=path, checkpoint_every=10, keep_checkpoint=True)
+    assert (expected[1] > 0).any()
+    forbid(monkeypatch, _certification, "certify_rows", "sampled instead of reading the checkpoint")
+    for run in (clf, saved):  # the store after the run, and the store it started from
+        again = run.certify(X, return_details=True, checkpoint=path, checkpoint_every=10, keep_checkpoint=True)
+        np.testing.assert_array_equal(again[1], expected[1])
+
+
+class TestHostileCheckpoint:
+    """A checkpoint is read within bounds set by the run, and its contents are checked before any sampling."""
+
+    @staticmethod
+    def refused(clf, X, path, words=""):
+        """Assert that resuming from ``path`` is refused, naming it, before sampling, and leaves it as it was."""
+        saved = path.read_bytes()
+        name = re.escape(str(path))
+        with pytest.raises(ValueError, match=rf"{name}.*{words}.*delete {name}") as error:
+            clf.certify(X, checkpoint=path, checkpoint_every=10)
+        assert "\n" not in str(error.value)
+        assert InterruptingSampler.calls == []
+        assert path.read_bytes() == saved
+
+    def test_a_header_that_inflates_past_its_limit_is_refused(self, make_clf, tmp_path):
+        # The regression, scaled down: a header padded with whitespace (valid JSON) and deflated was read in full.
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        padded = json.dumps(json.loads(bytes(recorded(path, "header")).decode())) + " " * (4 << 20)
+        tamper(path, arrays={"header": np.frombuffer(padded.encode(), dtype=np.uint8)}, compress=True)
+        self.refused(clf, X, path, "header")
+
+    def test_sizes_the_zip_directory_claims_are_refused_before_reading(self, make_clf, tmp_path):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        tamper(path, file_sizes={"header": 5 << 30}, compress=True)
+        self.refused(clf, X, path, "header")
+
+    def test_an_array_declaring_more_rows_than_the_run_is_refused_before_reading(self, make_clf, tmp_path):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        radius = recorded(path, "certificates/radius")
+        tamper(path, arrays={"certificates/radius": npy_bytes(radius, shape=(10 ** 12,))})
+        self.refused(clf, X, path, "certificates/radius")
+
+    def test_a_deeply_nested_header_is_refused(self, make_clf, tmp_path):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        tamper(path, arrays={"header": np.frombuffer(b"[" * 100_000, dtype=np.uint8)})
+        self.refused(clf, X, path, "not a smoothsk certify checkpoint")
+
+    def test_an_encrypted_member_is_refused(self, make_clf, tmp_path):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        tamper(path, encrypted=("certificates/radius",))
+        self.refused(clf, X, path, "certificates/radius")
+
+    @pytest.mark.parametrize("name, change, words", [
+        ("certificates/radius", lambda a: a * np.nan, "radius"),
+        ("certificates/radius", lambda a: -np.abs(a) - 1, "radius"),
+        ("certificates/prediction", lambda a: a * 0 + 7, "prediction"),
+        ("certificates/prediction", lambda a: a.astype(np.float64), "prediction"),
+        ("certificates/sigma", lambda a: a * 0, "sigma"),
+        ("certificates/sigma", lambda a: a * np.inf, "sigma"),
+        ("certificates/n_samples", lambda a: a * 0 - 1, "n_samples"),
+        ("certificates/p_lower", lambda a: a + 2, "p_lower"),
+        ("certificates/region", lambda a: a * 0 + 5, "region"),
+        ("certificates/radius", lambda a: a[:9], "radius"),
+        ("certificates/radius", lambda a: a.reshape(2, 5), "radius"),
+    ])
+    def test_certificates_the_run_cannot_have_made_are_refused(self, make_clf, tmp_path, name, change, words):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        with np.errstate(invalid="ignore"):
+            tamper(path, arrays={name: change(recorded(path, name))})
+        self.refused(clf, X, path, words)
+
+    def test_a_radius_above_what_its_samples_certify_is_refused(self, make_clf, tmp_path):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        n, sigma, prediction = (recorded(path, f"certificates/{name}") for name in ("n_samples", "sigma", "prediction"))
+        largest = np.where(prediction == ABSTAIN, 0.0, certified_radius(sigma, clopper_pearson_lower(n, n, clf.alpha)))
+        assert largest.max() > 0
+        tamper(path, arrays={"certificates/radius": largest * (1 + 1e-6)})
+        self.refused(clf, X, path, "largest radius its sigma and n_samples certify at alpha=0.05")
+        tamper(path, arrays={"certificates/radius": largest})  # the bound itself: all n_samples of one class
+        np.testing.assert_array_equal(clf.certify(X, checkpoint=path, checkpoint_every=10)[1][:10], largest)
+
+    @pytest.mark.parametrize("entry, value, words", [
+        ("chunks_done", 4, "chunks_done"), ("chunks_done", 0, "chunks_done"), ("chunks_done", "1", "chunks_done"),
+        ("chunks_done", 2, r"certificates/\w+ is declared with shape \(10,\) .* not shape \(20,\)"),
+        ("root_seed", "seed", "root_seed"), ("root_seed", -1, "root_seed"), ("guarantee", ["a list"], "guarantee"),
+        ("regions_attributes", [], "regions_attributes"), ("regions_attributes", {"n_calls": "x"}, "regions_attr"),
+    ])
+    def test_a_header_the_run_cannot_have_written_is_refused(self, make_clf, tmp_path, entry, value, words):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        tamper(path, header={entry: value})
+        self.refused(clf, X, path, words)
+
+    def test_recorded_regions_of_another_input_shape_are_refused(self, make_clf, tmp_path):
+        # With the header's digest made to match, as a planted file would.
+        from smoothsk.regions._store import RegionStore
+        clf = make_clf(allocator=OnlineBallAllocator())
+        X, path, saved = inputs(), tmp_path / "certify.ckpt", copy.deepcopy(clf)
+        interrupt(clf, X, path)
+        arrays, attributes = clf.regions_.to_arrays()
+        arrays["centres"] = np.repeat(arrays["centres"], 2, axis=1)
+        planted = RegionStore.from_arrays(arrays, attributes)
+        tamper(path, header={"regions_done": planted.digest()}, arrays={"regions/centres": arrays["centres"]})
+        self.refused(saved, X, path, "regions/centres")

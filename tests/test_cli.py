@@ -1,11 +1,14 @@
 """The smoothsk command line."""
 
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import forbid
+from npz_support import npy_bytes, write_npz
 
-from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk import SampleWiseSmoothedClassifier, _certification
 from smoothsk.cli import build_parser, main
 from smoothsk.models import FlatMLP
 from smoothsk.regions import OnlineBallAllocator
@@ -92,6 +95,14 @@ class TestFitCertify:
         assert plain.read_text() == resumed.read_text()
         assert not (tmp_path / "run.ckpt").exists()  # removed once the CSV is written
 
+    def test_a_checkpoint_link_leaves_no_checkpoint_behind(self, npz_data, tmp_path):
+        _, _, data, model = npz_data
+        target, link = tmp_path / "target.ckpt", tmp_path / "link.ckpt"
+        link.symlink_to(target)
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), "--n", "40", "--n0", "10",
+                     "--checkpoint", str(link)]) == 0
+        assert not target.exists()
+
     def test_checkpoint_survives_a_failure_to_write_the_csv(self, npz_data, tmp_path, monkeypatch, capsys):
         _, _, data, model = npz_data
         plain, out, checkpoint = tmp_path / "plain.csv", tmp_path / "c.csv", tmp_path / "run.ckpt"
@@ -107,10 +118,22 @@ class TestFitCertify:
         assert "No space left on device" in capsys.readouterr().err
         assert checkpoint.exists() and not out.exists()
 
-        forbid(monkeypatch, SampleWiseSmoothedClassifier, "_certify_rows",
+        forbid(monkeypatch, _certification, "certify_rows",
                "certified again instead of reading the checkpoint")
         assert main(["certify", str(model), str(data), "--out", str(out), *common]) == 0
         assert out.read_text() == plain.read_text() and not checkpoint.exists()
+
+    def test_out_dash_streams_the_csv_to_standard_output(self, npz_data, tmp_path, capsys, monkeypatch):
+        _, _, data, model = npz_data
+        monkeypatch.chdir(tmp_path)  # where a file named "-" would land
+        common = [str(model), str(data), "--n", "40", "--n0", "10"]
+        assert main(["certify", *common, "--out", "c.csv"]) == 0
+        capsys.readouterr()
+        assert main(["certify", *common, "--out", "-"]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == (tmp_path / "c.csv").read_bytes().decode()  # the CSV alone, byte for byte
+        assert "certificates" in captured.err and "standard output" in captured.err
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["c.csv"]
 
 
 class TestSampleSizes:
@@ -180,15 +203,28 @@ def bad_npz(tmp_path, kind):
     if kind == "object":
         np.savez(path, X=np.array([X[0], "text", None], dtype=object), y=y[:3])
         return path, "Python objects"
+    if kind == "bomb":  # 16 MiB of zeros in about 16 KiB
+        np.savez_compressed(path, X=np.zeros((1 << 20, 4), dtype=np.float32), y=np.zeros(1 << 20, dtype=int))
+        return path, "array 'X' inflates from"
+    if kind == "claims-rows":  # a 200-byte file whose header declares 10**13 rows
+        write_npz(path, {"X": npy_bytes(X[:1], shape=(10 ** 13, 4)), "y": y})
+        return path, "array 'X' declares 160000000000000 bytes"
+    if kind == "encrypted":
+        write_npz(path, {"X": X, "y": y}, encrypted=("X",))
+        return path, "array 'X' cannot be read"
+    if kind == "float32-overflow":  # finite in float64, infinite as the float32 smoothsk computes in
+        np.savez(path, X=np.where(X == 0, 1e300, X.astype(np.float64)), y=y)
+        return path, "infinite"
     raise AssertionError(kind)
 
 
 class TestBadFiles:
     @pytest.mark.parametrize("kind", ["missing-X", "int-X", "lengths", "float-y", "nan", "not-a-zip", "npy",
-                                      "object"])
-    def test_fit_refuses_a_bad_npz_in_one_line_naming_the_file(self, kind, tmp_path, capsys):
+                                      "object", "bomb", "claims-rows", "encrypted", "float32-overflow"])
+    def test_fit_refuses_a_bad_npz_in_one_line_naming_the_file(self, kind, tmp_path, capsys, monkeypatch):
         path, words = bad_npz(tmp_path, kind)
         out = tmp_path / "model.safetensors"
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained on a file it should have refused")
         assert main(["fit", str(path), "--out", str(out), "--epochs", "1"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"smoothsk fit: error: {path}: ")
@@ -206,6 +242,26 @@ class TestBadFiles:
         assert main(["certify", str(model), str(wrong), "--out", str(out)]) == 2
         assert "inputs of shape (8,), but the model" in capsys.readouterr().err
         assert not out.exists()
+
+    def test_certify_refuses_a_hostile_checkpoint_in_one_line(self, npz_data, tmp_path, capsys, monkeypatch):
+        # The regression: a deeply nested JSON header was a RecursionError traceback.
+        _, _, data, model = npz_data
+        checkpoint = tmp_path / "run.ckpt"
+        write_npz(checkpoint, {"header": np.frombuffer(b"[" * 100_000, dtype=np.uint8)})
+        forbid(monkeypatch, _certification, "certify_rows", "certified despite the checkpoint")
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"),
+                     "--checkpoint", str(checkpoint)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"smoothsk certify: error: {checkpoint} is not a smoothsk")
+        assert checkpoint.exists()
+
+    @pytest.mark.parametrize("where", ["fit", "certify"])
+    def test_debug_shows_the_error_s_traceback(self, npz_data, tmp_path, where):
+        _, _, _, model = npz_data
+        path, words = bad_npz(tmp_path, "claims-rows")
+        inputs = [str(path)] if where == "fit" else [str(model), str(path)]
+        with pytest.raises(ValueError, match=words):
+            main([where, "--debug", *inputs, "--out", str(tmp_path / "out")])
 
     def test_certify_refuses_a_tampered_model_file(self, npz_data, tmp_path, capsys):
         _, _, data, model = npz_data
@@ -226,16 +282,19 @@ class TestBadFiles:
         assert str(missing) in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("where", ["directory", "missing folder"])
+@pytest.mark.parametrize("where", ["directory", "missing folder", "device"])
 @pytest.mark.parametrize("command", ["fit", "certify"])
 def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(command, where, npz_data, tmp_path,
                                                                           capsys, monkeypatch):
+    # A device (/dev/stdout on a terminal, /dev/null) used to pass the check and fail only after the work.
     _, _, data, model = npz_data
 
     forbid(monkeypatch, SampleWiseSmoothedClassifier, command, "trained or certified before checking --out")
     if where == "directory":
         out = tmp_path / "results"
         out.mkdir()
+    elif where == "device":
+        out = Path(os.devnull)
     else:
         out = tmp_path / "no-such-folder" / "out"
     inputs = [str(data)] if command == "fit" else [str(model), str(data)]
@@ -243,6 +302,8 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(comman
     err = capsys.readouterr().err
     if where == "directory":
         assert "--out" in err and str(out) in err and "is a directory" in err
+    elif where == "device":
+        assert f"--out {out}: cannot write it: it is not a regular file" in err
     else:
         assert "no-such-folder" in err
 
@@ -340,3 +401,44 @@ def test_two_options_naming_one_file_are_refused_before_any_work(case, npz_data,
     assert main(argv) == 2
     assert f"{option} {path}: the same file as {other}" in capsys.readouterr().err
     assert {path: path.read_bytes() for path in copies.values()} == before
+
+
+class TestKeyFile:
+    def test_a_keyed_model_certifies_only_with_its_key(self, npz_data, tmp_path, capsys):
+        X, y, data, _ = npz_data
+        key, other = tmp_path / "key", tmp_path / "other"
+        key.write_text("a" * 64 + "\n")
+        other.write_text("b" * 64 + "\n")
+        model, out = tmp_path / "keyed.safetensors", tmp_path / "c.csv"
+        assert main(["fit", str(data), "--out", str(model), "--epochs", "1", "--n", "40", "--n0", "10",
+                     "--key-file", str(key)]) == 0
+        common = ["certify", str(model), str(data), "--out", str(out)]
+        capsys.readouterr()
+        assert main(common) == 2
+        assert "authenticated with a key" in capsys.readouterr().err
+        assert main([*common, "--key-file", str(other)]) == 2
+        err = capsys.readouterr().err
+        assert "not written with this key" in err and len(err.strip().splitlines()) == 1
+        saved = tmp_path / "after.safetensors"
+        assert main([*common, "--key-file", str(key), "--save-model", str(saved)]) == 0
+        assert len(read_csv(out)) == len(X)
+        SampleWiseSmoothedClassifier.load(saved, key=b"a" * 64)  # --save-model keeps the key
+
+    def test_an_unkeyed_model_is_refused_with_a_key(self, npz_data, tmp_path, capsys):
+        _, _, data, model = npz_data
+        (tmp_path / "key").write_text("a" * 64)
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), "--key-file",
+                     str(tmp_path / "key")]) == 2
+        assert "not authenticated" in capsys.readouterr().err
+
+    @pytest.mark.parametrize(("content", "match"), [(b"short\n", "a key must be 16 to 65536 bytes; the file holds 5"),
+                                                    (None, "cannot read it")])
+    def test_a_bad_key_file_is_refused_before_any_work(self, content, match, npz_data, tmp_path, capsys,
+                                                       monkeypatch):
+        _, _, data, _ = npz_data
+        key = tmp_path / "key"
+        if content is not None:
+            key.write_bytes(content)
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained before checking --key-file")
+        assert main(["fit", str(data), "--out", str(tmp_path / "m.safetensors"), "--key-file", str(key)]) == 2
+        assert match in capsys.readouterr().err

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from smoothsk.datasets import load_cifar10, load_digits_images, load_mnist, make_heterogeneous_margins
+from smoothsk.datasets import (load_cifar10, load_digits_images, load_mnist, load_mnist_protocol,
+                               make_heterogeneous_margins)
 
 
 def write_idx(path, array, compress=False):
@@ -101,6 +102,73 @@ class TestMnist:
         write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(labels_shape))
         with pytest.raises(ValueError, match=match):
             load_mnist(tmp_path)
+
+
+SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+
+
+def write_mnist_csv(path, images, labels):
+    """The 5,000-image CSV's format: one gzipped row per image, 784 pixels then the label."""
+    rows = np.column_stack([images.reshape(len(images), -1), labels])
+    with gzip.open(path, "wt") as f:
+        np.savetxt(f, rows, fmt="%d", delimiter=",")
+
+
+class TestMnistProtocol:
+    @pytest.mark.skipif(not SHARED_MNIST.exists(), reason="the shared real MNIST (../shared/data/mnist) is absent")
+    def test_the_shared_files_give_the_published_split_sizes(self):
+        splits = load_mnist_protocol(SHARED_MNIST)
+        assert splits.protocol == "5k"
+        assert [len(splits[f"X_{name}"]) for name in ("train", "validation", "certify")] == [10_000, 4_500, 500]
+        np.testing.assert_array_equal(splits.certify_index, np.arange(0, 10_000, 20))
+        assert splits.X_certify.shape[1:] == (1, 28, 28) and splits.X_certify.dtype == np.float32
+        X_test, y_test = load_mnist(SHARED_MNIST, train=False)
+        np.testing.assert_array_equal(splits.X_certify, X_test[::20])
+        np.testing.assert_array_equal(splits.y_certify, y_test[::20])
+        np.testing.assert_array_equal(splits.X_train[5_000:], X_test[1::2])
+        assert np.bincount(splits.y_train[:5_000]).tolist() == [500] * 10
+
+    def test_the_5k_protocol_on_small_files(self, tmp_path):
+        rng = np.random.default_rng(0)
+        test_images, test_labels = rng.integers(0, 256, (60, 28, 28)), np.arange(60) % 10
+        write_idx(tmp_path / "t10k-images-idx3-ubyte", test_images, compress=True)
+        write_idx(tmp_path / "t10k-labels-idx1-ubyte", test_labels, compress=True)
+        write_mnist_csv(tmp_path / "mnist_5k.csv.gz", rng.integers(0, 256, (4, 28, 28)), np.array([3, 1, 4, 1]))
+        splits = load_mnist_protocol(tmp_path)
+        assert splits.certify_index.tolist() == [0, 20, 40]
+        assert splits.y_train.tolist() == [3, 1, 4, 1] + (np.arange(1, 60, 2) % 10).tolist()
+        validation = [i for i in range(60) if i % 2 == 0 and i % 20 != 0]
+        assert splits.y_validation.tolist() == (np.array(validation) % 10).tolist()
+        np.testing.assert_array_equal(splits.X_validation[0, 0], test_images[2].astype(np.float32) / 255.0)
+
+    def test_the_official_training_files_replace_the_5k_set(self, tmp_path):
+        write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((40, 28, 28)))
+        write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.arange(40) % 10)
+        write_idx(tmp_path / "train-images-idx3-ubyte", np.ones((7, 28, 28)))
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.arange(7))
+        splits = load_mnist_protocol(tmp_path)
+        assert splits.protocol == "official"
+        assert (len(splits.X_train), len(splits.X_validation), len(splits.X_certify)) == (7, 38, 2)
+
+    @pytest.mark.parametrize(("rows", "match"), [
+        ("1,2,3\n", "rows of 3 columns; expected 785"),
+        (",".join(["300"] * 784) + ",1\n", "pixels outside 0-255 or labels outside 0-9"),
+        (",".join(["0"] * 784) + ",10\n", "pixels outside 0-255 or labels outside 0-9"),
+        (",".join(["a"] * 785) + "\n", "is not a CSV of integers"),
+    ], ids=["columns", "pixel", "label", "text"])
+    def test_a_malformed_csv_is_refused_naming_it(self, rows, match, tmp_path):
+        write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((20, 28, 28)))
+        write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(20))
+        with gzip.open(tmp_path / "mnist_5k.csv.gz", "wt") as f:
+            f.write(rows)
+        with pytest.raises(ValueError, match=rf"mnist_5k\.csv\.gz .*{match}"):
+            load_mnist_protocol(tmp_path)
+
+    def test_a_folder_without_training_images_is_named(self, tmp_path):
+        write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((20, 28, 28)))
+        write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(20))
+        with pytest.raises(FileNotFoundError, match="neither MNIST's training files .* nor mnist_5k.csv.gz"):
+            load_mnist_protocol(tmp_path)
 
 
 class ForgedDtype:

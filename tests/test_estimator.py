@@ -524,7 +524,7 @@ class TestFittedSigmaFunctionLifetime:
         clf = self.slab_classifier()
         before = clf.sigma_search_
         class FailingSelector(CertifiedSigmaSelector):
-            def _fit_sigma(self, estimator, X, y):
+            def _fit_sigma(self, context, X, y):
                 raise ValueError("fit_sigma failed after training")
 
         failing = FailingSelector(levels=(0.25, 0.5, 1.0), selector_epochs=0, n=100, n0=20)

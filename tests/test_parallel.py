@@ -9,7 +9,7 @@ import pytest
 from conftest import SEARCH_WEIGHT
 from sklearn.base import clone
 
-from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk import _certification
 from smoothsk.certificates import Certificates
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sigma import MultiStartFGSS
@@ -33,13 +33,13 @@ def assert_same_certificates(details, reference):
 def chunk_calls(monkeypatch):
     """Records (number of inputs, one_worker) of every one-pass certification."""
     calls = []
-    original = SampleWiseSmoothedClassifier._certify_chunk
+    original = _certification._certify_chunk
 
-    def recording(self, X_chunk, *args, one_worker=False, **kwargs):
+    def recording(smoothing, X_chunk, *args, one_worker=False, **kwargs):
         calls.append((len(X_chunk), one_worker))
-        return original(self, X_chunk, *args, one_worker=one_worker, **kwargs)
+        return original(smoothing, X_chunk, *args, one_worker=one_worker, **kwargs)
 
-    monkeypatch.setattr(SampleWiseSmoothedClassifier, "_certify_chunk", recording)
+    monkeypatch.setattr(_certification, "_certify_chunk", recording)
     return calls
 
 

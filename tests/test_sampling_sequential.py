@@ -11,7 +11,7 @@ from scipy import stats
 from smoothsk import ABSTAIN
 from smoothsk._constraints import InvalidParameterError
 from smoothsk.sampling import SequentialSampler
-from smoothsk.sampling._sequential import look_sizes
+from smoothsk.sampling._confidence_sequences import look_sizes
 
 ERROR_PROBABILITY = 1e-6
 
@@ -156,52 +156,6 @@ class TestSampling:
         _, predicted = self._run(p_top, sigma=0.5, n_max=100_000, decline=0.05, alpha_spending="predicted")
         _, prior = self._run(p_top, sigma=0.5, n_max=100_000, decline=0.05, alpha_spending="prior")
         assert prior.n_samples.mean() <= 0.95 * predicted.n_samples.mean()
-
-    @pytest.mark.parametrize("n0", [30, 100])
-    def test_prior_schedule_is_a_split_of_alpha_over_fixed_looks(self, n0):
-        # The union argument: per input, sorted looks ending at n_max whose levels sum to alpha,
-        # one nonzero level per distinct size (equal sizes merged, not counted twice).
-        alpha, n_max = 0.001, 100_000
-        selected = np.arange(n0 + 1)
-        sigma = np.where(selected % 2 == 0, 0.25, 0.5)
-        sampler = SequentialSampler(n_max=n_max, n0=n0, alpha_spending="prior")
-        geometric = look_sizes(500, 1.5, n_max)
-        looks, look_alpha = sampler._prior_schedule(selected, selected == n0, sigma, alpha, geometric)
-        assert np.all(np.diff(looks, axis=1) >= 0)
-        np.testing.assert_array_equal(looks[:, -1], n_max)
-        assert np.all(look_alpha >= 0)
-        np.testing.assert_allclose(look_alpha.sum(axis=1), alpha, rtol=1e-12)
-        repeated = np.concatenate([np.zeros((len(selected), 1), dtype=bool), np.diff(looks, axis=1) == 0], axis=1)
-        assert np.all(look_alpha[repeated] == 0)
-        # Alpha follows the selection: at the same sigma (even counts: 0.25), a more confident
-        # selection, which needs more samples to show its larger radius, spends alpha on later looks.
-        spent_at = np.sum(look_alpha * np.log(looks), axis=1) / alpha  # alpha-weighted mean log size
-        assert spent_at[n0 - 2] > spent_at[n0 - 2 - 2 * (n0 // 10)] + 0.5
-
-    @pytest.mark.parametrize("n0", [30, 100])
-    def test_plan_schedule_is_one_look_holding_alpha_or_the_prior(self, n0):
-        # The union argument again: per input, either one size holding all of alpha (a planned
-        # input) or the prior's schedule, chosen from the selection count and sigma alone.
-        alpha, n_max = 0.001, 100_000
-        selected = np.arange(n0 + 1)
-        sigma = np.where(selected % 2 == 0, 0.25, 0.5)
-        sampler = SequentialSampler(n_max=n_max, n0=n0, alpha_spending="plan")
-        geometric = look_sizes(500, 1.5, n_max)
-        never_failed = selected == n0
-        looks, look_alpha = sampler._plan_schedule(selected, never_failed, sigma, alpha, geometric)
-        prior_looks, prior_alpha = sampler._prior_schedule(selected, never_failed, sigma, alpha, geometric)
-        np.testing.assert_allclose(look_alpha.sum(axis=1), alpha, rtol=1e-12)
-        planned = np.all(looks == looks[:, :1], axis=1)
-        np.testing.assert_array_equal(look_alpha[planned, 0], alpha)
-        np.testing.assert_array_equal(looks[~planned], prior_looks[~planned])
-        np.testing.assert_array_equal(look_alpha[~planned], prior_alpha[~planned])
-        # Planned: interior selections, never a never-failing one or one near 1/2 (whose posterior
-        # reaches frequencies that ask no radius); their one look grows with the selection count.
-        assert planned[n0 // 2 + n0 // 5:n0 - n0 // 10].any()
-        assert not planned[never_failed].any() and not planned[:n0 // 2 + 1].any()
-        for parity in (0, 1):
-            sizes = looks[planned & (selected % 2 == parity), 0]
-            assert np.all(np.diff(sizes) >= 0) and len(sizes) > 1
 
     def test_plan_spending_needs_fewer_samples_where_the_prior_spreads_alpha(self):
         # pA in [0.85, 0.95] at sigma 0.5: the selection pins the stopping size within a factor 3, and

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from conftest import SEARCH_WEIGHT, LinearLogits, StageSpy
+from conftest import SEARCH_WEIGHT, LinearLogits, StageSpy, linear_engine
 from scipy import stats
 from sklearn.exceptions import NotFittedError
 
 from smoothsk import ABSTAIN
-from smoothsk.sigma import CertifiedSigmaSelector, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
+from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
 from smoothsk.sigma._base import BaseSigmaSearch, SigmaSearchResult
 from smoothsk._stages import SEARCH_STAGE
 
@@ -47,6 +47,22 @@ def test_searches_draw_only_search_stage_noise(linear_data, search):
     engine.stages = []
     search.search(engine.restricted(np.arange(20)), torch.from_numpy(linear_data[0][:20]))
     assert engine.stages and all(stage[0] == SEARCH_STAGE for stage in engine.stages)
+
+
+@pytest.mark.parametrize("search, levels", [
+    (GridSigmaSearch(0.1, 0.45, step=0.1, n=50), [0.1, 0.2, 0.3, 0.4]),
+    (MultiStartFGSS(sigma0=0.5, max_level=4, n=50), [0.5, 0.5 * np.sqrt(2), 0.5 * np.sqrt(3), 1.0]),
+    (MultiStartFGSS(sigma0=0.5, max_level=4, n=50, per_input=False), [0.5, 0.5 * np.sqrt(2), 0.5 * np.sqrt(3), 1.0]),
+    (FixedSigma(0.3), [0.3]),
+], ids=lambda value: repr(value) if not isinstance(value, list) else "")
+def test_noise_levels_are_what_the_search_chooses_among(linear_data, search, levels):
+    np.testing.assert_allclose(search.noise_levels(), levels, rtol=1e-12)
+    chosen = search.search(linear_engine(), torch.from_numpy(linear_data[0][:40])).sigma
+    assert np.isclose(chosen[:, None], search.noise_levels()[None, :], rtol=1e-12, atol=0).any(axis=1).all()
+
+
+def test_a_continuous_search_has_no_noise_levels():
+    assert GradientSigmaSearch().noise_levels() is None
 
 
 class ReturnsForFirstInput(BaseSigmaSearch):

@@ -8,6 +8,8 @@ level) picks level 1 exactly where ``x1 > 0``. Inputs are 2-D, so a certified
 ball is a disc, and G on a disc is checked exactly (:func:`g_disagrees_on_disc`).
 """
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +22,7 @@ from smoothsk.engine import MonteCarloEngine
 from smoothsk.models import FlatMLP
 from smoothsk.regions import MemoryAllocator, NoRegions, OnlineBallAllocator, TransductiveLPAllocator
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import BaseSigmaSearch, CertifiedSigmaSelector, GridSigmaSearch, SigmaSearchResult
+from smoothsk.sigma import BaseSigmaSearch, CertifiedSigmaSelector, GridSigmaSearch, SigmaFitContext, SigmaSearchResult
 from smoothsk.training import BaseObjective, DataDependentTraining, FixedSigmaTraining, GaussianNoise, Macer, \
     PretrainFinetune
 
@@ -250,6 +252,23 @@ class TestFit:
             learned = fitted.selector_module_(torch.from_numpy(X)).argmax(dim=1).numpy()
         majority = np.bincount(fitted.train_levels_).max() / len(X)
         assert (learned == fitted.train_levels_).mean() > majority
+
+    def test_fit_reads_only_its_context(self):
+        # A context made by hand, without an estimator, trains the selector the estimator's fit trains.
+        X = disc_inputs(60)
+        y = (np.abs(X[:, 0]) < 1).astype(int)
+        search = CertifiedSigmaSelector(levels=(0.25, 0.5, 2.0), n=50, selector_epochs=2)
+        clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=search, lr=0.05, batch_size=16,
+                                           certify_batch_size=1000, random_state=0).fit(X, y)
+        context = SigmaFitContext(
+            classifier_engine=functools.partial(MonteCarloEngine, SlabLogits(), 2, 1000), levels=None,
+            assignment_levels=None, train_sigmas=None, module_class=None, module_params={},
+            optimizer_factory=functools.partial(torch.optim.SGD, lr=0.05), max_epochs=0, batch_size=16,
+            device=torch.device("cpu"), random_state=0)
+        fitted = search.fit_sigma(context, torch.from_numpy(X), torch.as_tensor(y))
+        np.testing.assert_array_equal(fitted.train_levels_, clf.sigma_search_.train_levels_)
+        for key, value in clf.sigma_search_.selector_module_.state_dict().items():
+            assert torch.equal(fitted.selector_module_.state_dict()[key], value), key
 
     def test_target_neighbors_make_nearby_targets_agree(self):
         # Slab inputs: which of the levels certifies the largest radius varies from input to input (its

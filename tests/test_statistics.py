@@ -14,6 +14,7 @@ from smoothsk.statistics import (
     gaussian_radius,
     soft_margin,
     top_class_radius,
+    top_two_test,
 )
 
 #: Phi(1): the probability at which Theorem 1's radius is exactly sigma.
@@ -245,6 +246,23 @@ class TestBinomialAbstains:
         top = rng.binomial(200, 0.5, size=trials)
         predicted = int((~binomial_abstains(top, 200 - top, alpha)).sum())
         assert predicted <= stats.binom.ppf(1 - 1e-6, trials, alpha)
+
+
+class TestTopTwoTest:
+    def test_matches_the_top_class_and_scipy_binomtest_of_the_two_largest_counts(self):
+        rng = np.random.default_rng(5)
+        counts = rng.multinomial(200, rng.dirichlet(np.full(4, 0.5), size=300))
+        largest = np.sort(counts, axis=1)[:, ::-1]
+        expected_p = np.array([stats.binomtest(int(first), int(first + second), 0.5).pvalue
+                               for first, second in largest[:, :2]])
+        for alpha in (0.001, 0.05):
+            top, abstain = top_two_test(counts, alpha)
+            np.testing.assert_array_equal(top, counts.argmax(axis=1))
+            np.testing.assert_array_equal(abstain, expected_p > alpha)
+
+    def test_a_tie_for_the_top_takes_the_first_class_and_abstains(self):
+        top, abstain = top_two_test([[0, 70, 70], [70, 0, 70]], 0.5)
+        assert top.tolist() == [1, 0] and abstain.tolist() == [True, True]
 
 
 class TestInvalidArguments:

@@ -13,7 +13,7 @@ from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import load_digits_images
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import GridSigmaSearch
+from smoothsk.sigma import GridSigmaSearch, MultiStartFGSS
 from smoothsk.training import (
     BaseTrainingSchedule,
     DataDependentTraining,
@@ -170,3 +170,22 @@ def test_end_to_end_digits_per_sample_sigmas(schedule):
     prediction, radius, details = net.certify(X[1500:1520], return_details=True)
     assert np.all(radius >= 0) and np.mean(prediction == y[1500:1520]) > 0.5
     assert np.all((details.sigma >= 0.12) & (details.sigma <= 1.0))
+
+
+@pytest.mark.parametrize("schedule, levels, assignment_levels", [
+    (FixedSigmaTraining(0.3), [0.3], None),
+    (InstaRSTrain(sigma0=0.5, max_level=3), [0.5, 0.5 * np.sqrt(2), 0.5 * np.sqrt(3)], None),
+    (DataDependentTraining(), None, None),
+    # PFAT: its assignment's grid (by default multiples of 0.05 in [sigma_min, sigma_max], Eq. 5)...
+    (PretrainFinetune(0.2, 0.35), [0.2, 0.25, 0.3, 0.35], [0.2, 0.25, 0.3, 0.35]),
+    (PretrainFinetune(0.2, 0.6, assignment=GridSigmaSearch(0.2, 0.6, step=0.2)), [0.2, 0.4, 0.6], [0.2, 0.4, 0.6]),
+    # ...and where the assignment is no grid search, its test-time search's grid (Eq. 7), none assigned from it.
+    (PretrainFinetune(0.2, 0.35, assignment=MultiStartFGSS(sigma0=0.3, max_level=2)), [0.2, 0.25, 0.3, 0.35], None),
+], ids=repr)
+def test_noise_levels_are_the_grid_of_the_schedule(schedule, levels, assignment_levels):
+    for name, expected in (("noise_levels", levels), ("assignment_levels", assignment_levels)):
+        actual = getattr(schedule, name)()
+        if expected is None:
+            assert actual is None, name
+        else:
+            np.testing.assert_allclose(actual, expected, rtol=1e-12, err_msg=name)

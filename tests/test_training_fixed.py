@@ -6,6 +6,7 @@ import torch
 from smoothsk._constraints import InvalidParameterError
 
 from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk._params import Components
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
@@ -37,8 +38,8 @@ class TestFixedSigmaTraining:
 
     def test_default_test_time_search_matches_the_training_sigma(self):
         assert FixedSigmaTraining(0.75).default_sigma_search().get_params() == FixedSigma(0.75).get_params()
-        assert SampleWiseSmoothedClassifier(FlatMLP, training=FixedSigmaTraining(0.75))._component(
-            "sigma_search").sigma == 0.75
+        clf = SampleWiseSmoothedClassifier(FlatMLP, training=FixedSigmaTraining(0.75))
+        assert Components.of(clf).sigma_search.sigma == 0.75
 
     def test_objective_of_the_run(self):
         X = np.random.default_rng(0).normal(size=(20, 3)).astype(np.float32)

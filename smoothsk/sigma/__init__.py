@@ -2,6 +2,7 @@
 
 from ._base import BaseCertifiedSigma, BaseSigmaSearch, CertifiedSigmaResult, SigmaSearchResult
 from ._fgss import MultiStartFGSS
+from ._fit_context import SigmaFitContext
 from ._fixed import FixedSigma
 from ._gradient import GradientSigmaSearch
 from ._grid import GridSigmaSearch
@@ -13,6 +14,7 @@ __all__ = [
     "SigmaSearchResult",
     "BaseCertifiedSigma",
     "CertifiedSigmaResult",
+    "SigmaFitContext",
     "CertifiedSigmaSelector",
     "FixedSigma",
     "GridSigmaSearch",

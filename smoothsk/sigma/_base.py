@@ -75,6 +75,17 @@ class BaseSigmaSearch(Component):
     def _search(self, engine, X, y):
         """Return a :class:`SigmaSearchResult` for validated parameters."""
 
+    def noise_levels(self):
+        """The noise levels this search chooses among, where they form a grid.
+
+        Returns
+        -------
+        levels : ndarray of float, shape (K,), or None
+            Ascending; None (the default) for a search without a grid (a
+            continuous sigma).
+        """
+        return None
+
 
 @dataclass
 class CertifiedSigmaResult(SigmaSearchResult):
@@ -117,8 +128,10 @@ class BaseCertifiedSigma(BaseSigmaSearch):
 
     **Contract** (what a subclass provides, and what the estimator does).
 
-    - :meth:`fit_sigma` ``(estimator, X, y)`` learns what the function needs
-      (a trained selector, the training inputs of a nearest-neighbour rule).
+    - :meth:`fit_sigma` ``(context, X, y)`` learns what the function needs
+      (a trained selector, the training inputs of a nearest-neighbour rule)
+      from the trained classifier and the estimator's settings, which
+      ``context`` (a :class:`~smoothsk.sigma.SigmaFitContext`) holds.
       The estimator calls it at the end of ``fit`` on a *clone* of its
       ``sigma_search`` and keeps the result as ``sigma_search_``: the user's
       object is never changed, and a refit (new weights) learns it anew.
@@ -233,8 +246,8 @@ class BaseCertifiedSigma(BaseSigmaSearch):
     def _check_before_fit(self, training, X):
         """Checks beyond the parameters; the default has none."""
 
-    def fit_sigma(self, estimator, X, y):
-        """Learn what the sigma function needs from a trained estimator.
+    def fit_sigma(self, context, X, y):
+        """Learn what the sigma function needs from a trained classifier.
 
         Called by ``SampleWiseSmoothedClassifier.fit`` after training, on a
         clone of the estimator's ``sigma_search``; stores fitted attributes
@@ -242,9 +255,9 @@ class BaseCertifiedSigma(BaseSigmaSearch):
 
         Parameters
         ----------
-        estimator : SampleWiseSmoothedClassifier
-            The estimator, its module trained (``module_``, ``classes_``,
-            ``train_sigmas_``, ``training_`` are set).
+        context : SigmaFitContext
+            The trained classifier and the estimator's settings
+            (``SigmaFitContext.from_estimator(estimator)``).
         X : torch.Tensor, shape (n_train, *input_shape)
             Training inputs.
         y : torch.Tensor of int64, shape (n_train,)
@@ -255,9 +268,9 @@ class BaseCertifiedSigma(BaseSigmaSearch):
         self
         """
         self.validate()
-        return self._fit_sigma(estimator, X, y)
+        return self._fit_sigma(context, X, y)
 
-    def _fit_sigma(self, estimator, X, y):
+    def _fit_sigma(self, context, X, y):
         """Fit for validated parameters; the default learns nothing."""
         return self
 

@@ -166,6 +166,10 @@ class MultiStartFGSS(BaseSigmaSearch):
         """
         return np.sqrt(level) * self.sigma0
 
+    def noise_levels(self):
+        """The levels' noise levels ``sqrt(l) * sigma0``, ``l = 1, ..., max_level``."""
+        return self.level_sigma(np.arange(1, self.max_level + 1))
+
     def _search(self, engine, X, y):
         n_inputs = len(X)
         if self.per_input:

@@ -27,6 +27,10 @@ class FixedSigma(BaseSigmaSearch):
     def __init__(self, sigma=0.25):
         self.sigma = sigma
 
+    def noise_levels(self):
+        """The one level ``sigma``."""
+        return np.array([float(self.sigma)])
+
     def _search(self, engine, X, y):
         n_inputs = len(X)
         return SigmaSearchResult(np.full(n_inputs, float(self.sigma)), np.zeros(n_inputs, dtype=np.int64))

@@ -96,6 +96,10 @@ class GridSigmaSearch(BaseSigmaSearch):
         grid = np.round(np.arange(first, last + 1) * self.step, decimals)
         return np.clip(grid, self.sigma_min, self.sigma_max)
 
+    def noise_levels(self):
+        """The grid (:meth:`grid_sigmas`)."""
+        return self.grid_sigmas()
+
     def _search(self, engine, X, y):
         sigmas = self.grid_sigmas()
         best = best_sigma_index(engine, X, sigmas, self.n, self.alpha, y)

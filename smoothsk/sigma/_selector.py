@@ -3,75 +3,23 @@
 import copy
 import inspect
 from numbers import Integral, Real
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 from sklearn.exceptions import NotFittedError
-from sklearn.neighbors import NearestNeighbors
 
 from .._constraints import SAMPLE_SIZE, HasMethods, Interval
 from .._modes import evaluating
 from .._module_state import build_from_file
-from .._stages import (
-    CERTIFIED_SIGMA_CERTIFY,
-    CERTIFIED_SIGMA_PREDICTION,
-    SELECTOR_ASSIGNMENT_SALT,
-    SELECTOR_INIT_SALT,
-    SELECTOR_MODULE_RANDOMNESS_SALT,
-    SELECTOR_SHUFFLE_SALT,
-    SELECTOR_TRAIN_NOISE_SALT,
-)
+from .._stages import CERTIFIED_SIGMA_CERTIFY, CERTIFIED_SIGMA_PREDICTION, SELECTOR_INIT_SALT
 from ..certificates import ABSTAIN
-from ..engine import MonteCarloEngine
 from ..models import FlatMLP
+from ..objectives import GaussianNoise
 from ..sampling import FixedSampler
-from ..statistics import binomial_abstains, certified_radius
+from ..statistics import certified_radius, top_two_test
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
-from ._fgss import MultiStartFGSS
-from ._fixed import FixedSigma
-from ._grid import GridSigmaSearch, sigma_radii
-
-#: Monte Carlo samples per level and failure probability of the labelled level
-#: assignment that makes the selector's training targets (PFAT Eq. 5, App. A.1).
-_ASSIGN_SAMPLES = 500
-_ASSIGN_ALPHA = 0.001
-
-
-def schedule_levels(schedule):
-    """The grid of noise levels a training schedule works with.
-
-    PFAT's schedule: its assignment grid (Eq. 5; its ``assignment_`` once
-    fitted, else its ``assignment`` parameter); otherwise the levels of the
-    schedule's test-time search: a grid search's grid, Insta-RS's levels
-    ``sqrt(l) * sigma0``, or a fixed sigma alone.
-
-    Parameters
-    ----------
-    schedule : BaseTrainingSchedule
-
-    Returns
-    -------
-    levels : ndarray of float, shape (K,)
-        Ascending.
-
-    Raises
-    ------
-    ValueError
-        If the schedule has no grid (e.g. DDRS's continuous sigma).
-    """
-    # PFAT's assignment: fitted, or before fit its parameter (None: the default grid, the test-time search's).
-    search = getattr(schedule, "assignment_", getattr(schedule, "assignment", None))
-    if not isinstance(search, GridSigmaSearch):
-        search = schedule.default_sigma_search()
-    if isinstance(search, GridSigmaSearch):
-        return search.grid_sigmas()
-    if isinstance(search, MultiStartFGSS):
-        return search.level_sigma(np.arange(1, search.max_level + 1))
-    if isinstance(search, FixedSigma):
-        return np.array([float(search.sigma)])
-    raise ValueError(f"levels=None takes the training schedule's grid of noise levels, but {schedule!r} "
-                     f"has none (its test-time search is {search!r}); pass levels, e.g. levels=(0.25, 0.5, 1.0).")
+from ._fit_context import SigmaFitContext
+from ._selector_training import train_selector, training_targets
 
 
 def _construct(selector, kwargs, n_levels, probe):
@@ -184,7 +132,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     levels : array-like of float, shape (K,), or None, default=None
         Noise levels to choose from, distinct and > 0; the selector's logit
         ``k`` scores ``levels[k]``. None takes the training schedule's grid
-        (:func:`schedule_levels`).
+        (its ``noise_levels()``: PFAT's assignment grid, Insta-RS's levels
+        ``sqrt(l) * sigma0``, a fixed sigma alone).
     selector : torch.nn.Module class or instance, or None, default=None
         Module returning (batch, K) logits. A class is built with
         ``n_classes=K`` when it takes ``n_classes``. None means the
@@ -306,14 +255,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     def _default_component(self, name):
         if name != "selector_objective":
             return None
-        from ..training import GaussianNoise  # the training objectives use this package
-
         return GaussianNoise(num_noise=1)
 
     def _check_before_fit(self, training, X):
         # levels=None needs a schedule with a grid; a given module, or one built from a given class (on a
         # probe, the global random state untouched), must take the inputs and return K logits.
-        n_levels = len(self._resolve_levels(training))
+        n_levels = len(self._resolve_levels(training.noise_levels(), repr(training)))
         if self.selector is None or n_levels == 1:
             return
         if isinstance(self.selector, torch.nn.Module):
@@ -322,97 +269,47 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         with torch.random.fork_rng(devices=[]):  # a built class's construction and probe draw nothing global
             self._check_outputs(_construct(self.selector, {}, n_levels, X[:1]), X[:1], n_levels)
 
-    def _resolve_levels(self, training):
-        if self.levels is None:
-            return schedule_levels(training)
-        return np.asarray(self.levels, dtype=np.float64)
+    def _resolve_levels(self, schedule_levels, schedule="the training schedule"):
+        """``levels`` as float64, or where None the schedule's grid ``schedule_levels`` (``schedule`` names it)."""
+        if self.levels is not None:
+            return np.asarray(self.levels, dtype=np.float64)
+        if schedule_levels is None:
+            raise ValueError(f"levels=None takes the training schedule's grid of noise levels, but {schedule} has "
+                             "none (e.g. DDRS's continuous sigma); pass levels, e.g. levels=(0.25, 0.5, 1.0).")
+        return schedule_levels
 
-    def _fit_sigma(self, estimator, X, y):
-        self.levels_ = self._resolve_levels(estimator.training_)
+    def _fit_sigma(self, context, X, y):
+        self.levels_ = self._resolve_levels(context.levels)
         self.train_levels_ = None
         n_levels = len(self.levels_)
         if n_levels == 1:
             self.selector_module_ = None
             return self
-        device = torch.device(estimator.device)
         if self.fit_selector:
-            self.train_levels_ = self._training_targets(estimator, X, y)
-            module = self._build_module(estimator, X, n_levels).to(device)
-            self._train(estimator, module, X.to(device), torch.as_tensor(self.train_levels_, device=device))
+            self.train_levels_ = training_targets(context, X, y, self.levels_, self.target_neighbors)
+            module = self._build_module(context, X, n_levels).to(context.device)
+            epochs = context.max_epochs if self.selector_epochs is None else self.selector_epochs
+            train_selector(context, module, X.to(context.device),
+                           torch.as_tensor(self.train_levels_, device=context.device),
+                           self._component("selector_objective"), self.selector_sigma, epochs)
         else:
-            module = self.selector.to(device)  # the estimator's clone: the user's module is untouched
-        self._check_outputs(module, X[:1].to(device), n_levels)
+            module = self.selector.to(context.device)  # the estimator's clone: the user's module is untouched
+        self._check_outputs(module, X[:1].to(context.device), n_levels)
         self.selector_module_ = module.eval()
         return self
 
-    def _training_targets(self, estimator, X, y):
-        """Each training sample's best level (PFAT Eq. 5 over ``levels_``), as an index into ``levels_``.
-
-        With ``target_neighbors``, the best level of the radii averaged over
-        the sample's nearest training inputs.
-        """
-        assignment = getattr(estimator.training_, "assignment_", None)
-        train_sigmas = getattr(estimator, "train_sigmas_", None)
-        if (self.target_neighbors is None and isinstance(assignment, GridSigmaSearch) and train_sigmas is not None
-                and len(train_sigmas) == len(X)
-                and np.array_equal(np.sort(assignment.grid_sigmas()), np.sort(self.levels_))):
-            # The schedule's own assignment is this one: reuse it.
-            match = np.isclose(train_sigmas[:, None], self.levels_[None, :], rtol=0, atol=1e-9)
-            if match.any(axis=1).all():
-                return match.argmax(axis=1)
-        engine = MonteCarloEngine(estimator.module_, len(estimator.classes_), estimator.certify_batch_size,
-                                  estimator.device, estimator.n_jobs,
-                                  root_seed=estimator._seed(SELECTOR_ASSIGNMENT_SALT))
-        with evaluating(estimator.module_):
-            radius = sigma_radii(engine, X, self.levels_, _ASSIGN_SAMPLES, _ASSIGN_ALPHA, y.cpu().numpy())
-        if self.target_neighbors is not None:
-            flat = X.reshape(len(X), -1).cpu().numpy()
-            neighbors = NearestNeighbors(n_neighbors=min(self.target_neighbors, len(X))).fit(flat)
-            radius = radius[:, neighbors.kneighbors(flat, return_distance=False)].mean(axis=2)  # (K, n_train)
-        return radius.argmax(axis=0)  # PFAT Eq. 5 / best_sigma_index: the first level among ties
-
-    def _build_module(self, estimator, X, n_levels):
+    def _build_module(self, context, X, n_levels):
         """The selector to train: given, the classifier's class with K outputs, or a FlatMLP."""
         selector, kwargs = self.selector, {}
         if selector is None:
-            takes_classes = (isinstance(estimator.module, type)
-                             and "n_classes" in inspect.signature(estimator.module).parameters)
-            if takes_classes:
-                selector, kwargs = estimator.module, estimator.get_params_for("module")
-            else:
-                selector = FlatMLP
+            selector, kwargs = ((context.module_class, context.module_params) if context.module_class is not None
+                                else (FlatMLP, {}))
         if isinstance(selector, torch.nn.Module):
             # A copy: the parameter keeps the weights training starts from (what with_fitted_state compares).
             return copy.deepcopy(selector)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(estimator._seed(SELECTOR_INIT_SALT))
+            torch.manual_seed(context.seed(SELECTOR_INIT_SALT))
             return _construct(selector, kwargs, n_levels, X[:1])
-
-    def _train(self, estimator, module, X, targets):
-        """The objective (default: cross-entropy on ``(x + selector_sigma * e, target level)``) on the targets."""
-        options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}
-        optimizer = estimator.optimizer(module.parameters(), lr=estimator.lr, **options)
-        epochs = estimator.max_epochs if self.selector_epochs is None else self.selector_epochs
-        batch_size = len(X) if estimator.batch_size == -1 else int(estimator.batch_size)
-        generator = torch.Generator(device=X.device).manual_seed(estimator._seed(SELECTOR_TRAIN_NOISE_SALT))
-        shuffle = torch.Generator().manual_seed(estimator._seed(SELECTOR_SHUFFLE_SALT))
-        loss_fn = torch.nn.CrossEntropyLoss()
-        # What an objective reads from the estimator it trains, here about the selector and its targets.
-        trainee = SimpleNamespace(module_=module, criterion_=loss_fn, noise_generator_=generator)
-        sigma = torch.full((batch_size,), float(self.selector_sigma), device=X.device, dtype=X.dtype)
-        objective = self._component("selector_objective")
-        module.train()
-        with torch.random.fork_rng(devices=[]):  # the module's own randomness (dropout)
-            torch.manual_seed(estimator._seed(SELECTOR_MODULE_RANDOMNESS_SALT))
-            for _ in range(epochs):
-                order = torch.randperm(len(X), generator=shuffle).to(X.device)
-                for start in range(0, len(X), batch_size):
-                    index = order[start:start + batch_size]
-                    loss, _ = objective.loss(trainee, X[index], targets[index], sigma[:len(index)])
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-        module.eval()
 
     # ------------------------------------------------------------------ saving
 
@@ -473,11 +370,13 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             self.selector_module_ = None
             return self
 
+        context = SigmaFitContext.from_estimator(estimator)
+
         def build():  # on the meta device first (build_from_file): the probe takes no memory there either
-            return self._build_module(estimator, torch.zeros((1, *estimator.input_shape_)), n_levels)
+            return self._build_module(context, torch.zeros((1, *estimator.input_shape_)), n_levels)
 
         module = build_from_file(build, state, source, "sigma_search_ selector")
-        self.selector_module_ = module.to(torch.device(estimator.device)).eval()
+        self.selector_module_ = module.to(context.device).eval()
         return self
 
     @staticmethod
@@ -522,7 +421,5 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             return np.full(len(X), self.levels_[0]), np.zeros(len(X), dtype=bool)
         counts = selector.class_counts(X, np.full(len(X), float(self.selector_sigma)), self.n,
                                        CERTIFIED_SIGMA_PREDICTION)
-        order = np.argsort(-counts, axis=1, kind="stable")
-        rows = np.arange(len(X))
-        abstain = binomial_abstains(counts[rows, order[:, 0]], counts[rows, order[:, 1]], alpha)
-        return self.levels_[order[:, 0]], abstain
+        top, abstain = top_two_test(counts, alpha)
+        return self.levels_[top], abstain

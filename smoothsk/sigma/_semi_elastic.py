@@ -319,7 +319,7 @@ class SemiElasticSigma(BaseCertifiedSigma):
                              f"inputs{' (each input is not its own neighbour when offset is learned)' * learned}: "
                              f"use k <= {available}.")
 
-    def _fit_sigma(self, estimator, X, y):
+    def _fit_sigma(self, context, X, y):
         X = _flat(X)
         self._check_neighbours(len(X))  # also where fit_sigma is called directly
         learned = self.offset is None

@@ -118,3 +118,23 @@ class BaseTrainingSchedule(Component):
     def default_sigma_search(self):
         """The test-time sigma search matching this schedule (used when none is given)."""
         return FixedSigma()
+
+    def noise_levels(self):
+        """The grid of noise levels the schedule works with: by default its test-time search's.
+
+        Returns
+        -------
+        levels : ndarray of float, shape (K,), or None
+            Ascending; None where the schedule has no grid (DDRS's continuous sigma).
+        """
+        return self.default_sigma_search().noise_levels()
+
+    def assignment_levels(self):
+        """The grid from which the schedule assigns each training sample's sigma by a labelled grid search (PFAT Eq. 5).
+
+        Returns
+        -------
+        levels : ndarray of float, shape (K,), or None
+            None (the default) for schedules that assign no such sigmas.
+        """
+        return None

@@ -5,8 +5,8 @@ from numbers import Integral, Real
 from .._constraints import HasMethods, Interval
 
 from .._modes import evaluating
+from ..objectives import GaussianNoise
 from ..sigma import GradientSigmaSearch
-from ._objectives import GaussianNoise
 from ._per_sample import PerSampleSchedule, training_engine
 from ._stage import Stage, completed_epochs
 

@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from .._constraints import HasMethods, Interval
 
+from ..objectives import GaussianNoise
 from ..sigma import FixedSigma
 from ._base import BaseTrainingSchedule
-from ._objectives import GaussianNoise
 from ._per_sample import sample_keys
 from ._stage import Stage
 

@@ -7,10 +7,10 @@ from .._constraints import HasMethods, Interval
 
 from .._modes import evaluating
 from .._stages import LEVEL_UPDATE_STAGE
+from ..objectives import SmoothAdv
 from ..sigma import MultiStartFGSS
 from ..sigma._fgss import approximate_radius
 from ._per_sample import PerSampleSchedule, training_engine
-from ._smoothadv import SmoothAdv
 from ._stage import Stage
 
 #: The two training stages (Alg. 2 lines 2-11 and 12-14).

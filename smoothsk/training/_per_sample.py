@@ -29,6 +29,7 @@ written from then on make the sigmas follow the samples.
 import numpy as np
 import torch
 
+from .._codec import encode
 from .._data import input_ids
 from .._digest import value_digest
 from ..engine import MonteCarloEngine
@@ -89,14 +90,18 @@ def _saved_form(value, name):
     """``value`` as a saved file holds it (a numpy number as a Python one, a component as its parameters).
 
     So a schedule's keys are the same before and after a save and load;
-    a value no file can hold is taken as it is.
+    a value no file can hold is taken as it is. Classes are named by module
+    and qualified name (:func:`_qualified_name`), the same on both sides.
     """
-    from .._persistence import _encode  # here: the persistence module imports the training package
-
     try:
-        return _encode(value, name, {})
+        return encode(value, name, {}, _qualified_name)
     except ValueError:
         return value
+
+
+def _qualified_name(cls, where):
+    """``module.qualname`` of ``cls``: its name in a key (``where``, the parameter, goes unused)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _occurrence(keys):

@@ -7,9 +7,9 @@ import torch
 from .._constraints import HasMethods, Interval
 
 from .._modes import evaluating
+from ..objectives import SmoothAdv
 from ..sigma import BaseCertifiedSigma, GridSigmaSearch
 from ._per_sample import PerSampleSchedule, training_engine, uniform_sigmas
-from ._smoothadv import SmoothAdv
 from ._stage import Stage
 
 #: The two stages (Alg. 1 lines 2-4 and 12-14).
@@ -129,6 +129,16 @@ class PretrainFinetune(PerSampleSchedule):
         """PFAT's test-time search: the same grid, 1,000 samples per point (Eq. 7, App. A.1)."""
         return GridSigmaSearch(sigma_min=self.sigma_min, sigma_max=self.sigma_max,
                                step=_GRID_STEP, n=_TEST_SAMPLES)
+
+    def noise_levels(self):
+        """The grid of its assignment (Eq. 5), or of its test-time search (Eq. 7) where the assignment has none."""
+        levels = self.assignment_levels()
+        return self.default_sigma_search().noise_levels() if levels is None else levels
+
+    def assignment_levels(self):
+        """The grid of its assignment where that is a grid search (Eq. 5; the default is), else None."""
+        assignment = self._component("assignment")
+        return assignment.noise_levels() if isinstance(assignment, GridSigmaSearch) else None
 
     def _default_component(self, name):
         if name == "objective":

@@ -6,7 +6,7 @@ import torch
 from .._constraints import Interval, StrOptions
 
 from .._modes import evaluating
-from ._objectives import BaseObjective, expand_sigma, gaussian_noise, repeat_inputs
+from ._base import BaseObjective, expand_sigma, gaussian_noise, repeat_inputs
 
 
 class SmoothAdv(BaseObjective):

@@ -8,7 +8,7 @@ from smoothsk._constraints import InvalidParameterError
 from training_support import digits_net, training_digits
 
 from smoothsk.training import FixedSigmaTraining, GaussianNoise, Macer, SmoothAdv
-from smoothsk.training._objectives import gaussian_copies
+from smoothsk.objectives._base import gaussian_copies
 
 
 class FakeNet:

@@ -7,7 +7,7 @@ import torch
 from .._constraints import Interval
 
 from ..statistics import soft_margin
-from ._objectives import BaseObjective, gaussian_copies
+from ._base import BaseObjective, gaussian_copies
 
 
 @dataclass

@@ -1,0 +1,265 @@
+"""Certification as functions over values: search -> allocate -> sample -> guarantee.
+
+The estimator orchestrates; the work is done here, on a :class:`Smoothing`
+record that holds everything certification reads from a fitted estimator
+(the module, the resolved components, alpha, the engine's settings),
+resolved once per call. The region store is passed in and extended, never
+read from the estimator, so a chunk of a checkpointed run can be certified
+against a copy of it.
+
+Which classifier a certificate is about:
+
+- without a certified sigma function, the allocator's statement
+  (:func:`guarantee`): ``g`` at one fixed sigma, ``g(., sigma(x))`` at the
+  input's own sigma, or a stateful region classifier;
+- with one, ``G(x) = g(x, sigma(x))`` (:func:`_certify_sample_wise`): the
+  sigma function certifies its choice at ``alpha_share * alpha`` and the
+  classifier is certified at that sigma at the rest of ``alpha`` with fresh
+  samples, so both hold with probability at least ``1 - alpha`` (union bound).
+"""
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import _parallel
+from ._data import input_ids
+from ._digest import module_fingerprint
+from ._params import Components
+from ._stages import PREDICT_STAGE
+from .certificates import ABSTAIN, Certificates, fixed_sigma_guarantee
+from .engine import MonteCarloEngine
+from .regions import NoRegions
+from .sigma import BaseCertifiedSigma, FixedSigma
+
+__all__ = ["Smoothing", "certify_rows", "guarantee", "prediction_counts"]
+
+
+@dataclass(frozen=True)
+class Smoothing:
+    """What certification and prediction read from a fitted estimator.
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        The base classifier (put in eval mode by :meth:`engine`).
+    n_classes : int
+        Width of its logits.
+    n_features : int
+        Features per input (the product of ``input_shape_``).
+    components : Components
+        The validated components in use.
+    sigma_function : BaseCertifiedSigma or None
+        The fitted certified sigma function (``sigma_search_``) where
+        ``components.sigma_search`` is one, else None.
+    alpha : float
+        Failure probability of each certificate.
+    batch_size, device, n_jobs, autocast
+        The engine's settings: ``certify_batch_size``, ``device``, ``n_jobs``,
+        ``certify_autocast`` (``"bfloat16"``, ``"float16"`` or None).
+    """
+
+    module: torch.nn.Module
+    n_classes: int
+    n_features: int
+    components: Components
+    sigma_function: BaseCertifiedSigma
+    alpha: float
+    batch_size: int
+    device: str
+    n_jobs: int
+    autocast: str
+
+    def engine(self, X, root_seed, progress=None, one_worker=False):
+        """The Monte Carlo engine for inputs ``X``, their noise keyed by their values.
+
+        Keying each input's noise streams by a hash of its values (not by its
+        row) makes its certificate independent of the other inputs and of its
+        place in X: certifying X, a subset, a permutation or a chunk of it
+        gives each input the same noise. ``one_worker`` runs the engine
+        in-process (inside a worker of :mod:`smoothsk._parallel`).
+
+        Parameters
+        ----------
+        X : ndarray of float32, shape (n_inputs, *input_shape)
+        root_seed : int
+        progress : tqdm progress bar, optional
+        one_worker : bool, default=False
+
+        Returns
+        -------
+        MonteCarloEngine
+        """
+        self.module.eval()
+        engine = MonteCarloEngine(self.module, self.n_classes, self.batch_size, self.device,
+                                  None if one_worker else self.n_jobs, root_seed=root_seed, progress=progress,
+                                  autocast=None if self.autocast is None else getattr(torch, self.autocast))
+        return engine.keyed_by(input_ids(X))
+
+    def check_regions(self, regions):
+        """Refuse a store of other weights, another allocator class, alpha or precision (before sampling).
+
+        Parameters
+        ----------
+        regions : RegionStore
+        """
+        allocator = self.components.allocator
+        if allocator.stateless and len(regions) == 0:
+            return  # a stateless allocator never stores a region: no owner to check or adopt
+        regions.check_owner(module_fingerprint(self.module), type(allocator).__name__, self.alpha, self.autocast)
+
+
+def guarantee(components):
+    """Which classifier certificates of ``components`` are about (``Certificates.guarantee``).
+
+    The allocator's statement, except that ``NoRegions`` with ``FixedSigma``
+    certifies ``g`` at one sigma for every input: that is the very
+    classifier ``predict`` queries (Cohen et al.), so the certificate is
+    about the deployed classifier.
+
+    Parameters
+    ----------
+    components : Components
+
+    Returns
+    -------
+    str
+    """
+    if isinstance(components.allocator, NoRegions) and isinstance(components.sigma_search, FixedSigma):
+        return fixed_sigma_guarantee(components.sigma_search.sigma)
+    return components.allocator.guarantee
+
+
+def certify_rows(smoothing, X, rows, root_seed, regions, progress=None):
+    """Certify ``X[rows]`` against (and extending) the region store ``regions``.
+
+    A chunk gets the noise it would get in a one-shot run. With ``n_jobs``
+    and a stateless allocator, chunks of the rows are certified by joblib
+    workers (see :mod:`smoothsk._parallel`), each with a one-worker engine
+    (no nested parallelism); a stateful allocator or a set-level search keeps
+    its one pass here.
+
+    Parameters
+    ----------
+    smoothing : Smoothing
+    X : ndarray of float32, shape (n_inputs, *input_shape)
+    rows : ndarray of int, shape (n_rows,)
+        The rows of ``X`` to certify.
+    root_seed : int
+        Root seed of the Monte Carlo noise.
+    regions : RegionStore
+        Checked against ``smoothing`` first, then extended by a stateful allocator.
+    progress : tqdm progress bar, optional
+
+    Returns
+    -------
+    Certificates
+        One entry per row, about the classifier :func:`guarantee` names (``G``
+        with a certified sigma function).
+    """
+    smoothing.check_regions(regions)
+    if _parallel.can_split(smoothing.components) and _parallel.n_chunks(len(rows), smoothing.n_jobs) > 1:
+        certify_chunk = functools.partial(_certify_chunk, smoothing, root_seed=root_seed, progress=None,
+                                          regions=regions, one_worker=True)
+        return _parallel.certify_in_parallel(certify_chunk, X[rows], smoothing.n_jobs, progress)
+    return _certify_chunk(smoothing, X[rows], root_seed, progress, regions)
+
+
+def _certify_chunk(smoothing, X_chunk, root_seed, progress, regions, one_worker=False):
+    """Certify the inputs ``X_chunk`` (float32 ndarray) in one pass against the store ``regions``."""
+    engine = smoothing.engine(X_chunk, root_seed, progress, one_worker)
+    if smoothing.sigma_function is not None:
+        return _certify_sample_wise(smoothing, X_chunk, engine, regions)
+    components, X_rows = smoothing.components, torch.from_numpy(X_chunk)
+    searched = components.sigma_search.search(engine, X_rows)
+
+    def certify_fn(subset, sigma, stage, alpha_share=1.0):
+        return components.sampler.certify(engine.restricted(subset), X_rows[subset], sigma,
+                                          smoothing.alpha * alpha_share, stage)
+
+    certificates = components.allocator.allocate(regions, X_chunk.reshape(len(X_chunk), -1), searched.sigma,
+                                                 certify_fn)
+    certificates.search_steps = searched.steps
+    certificates.guarantee = guarantee(components)
+    return certificates
+
+
+def _certify_sample_wise(smoothing, X, engine, regions):
+    """Certificates of ``G(x) = g(x, sigma(x))`` with a certified sigma function.
+
+    The sigma function certifies itself at ``alpha_share * alpha`` on its
+    own stages; the classifier is certified at the chosen sigma (sampler
+    and a composing allocator) at the rest of ``alpha`` with fresh samples
+    (its stages differ). By the union bound both certificates hold with
+    probability at least ``1 - alpha``, and then ``G`` predicts the class
+    on the ball of radius ``g_radius`` (see :class:`~smoothsk.sigma.BaseCertifiedSigma`).
+    Inputs where the sigma function abstains are not sampled and abstain.
+    """
+    sigma_function, sampler = smoothing.sigma_function, smoothing.components.sampler
+    share = float(sigma_function.alpha_share)
+    X_t = torch.from_numpy(X)
+    chosen = sigma_function.certify_sigma(engine, X_t, share * smoothing.alpha)
+    rows = np.flatnonzero(~chosen.abstain)
+
+    def certify_fn(subset, sigma, stage, alpha_share=1.0):
+        subset = rows[np.asarray(subset, dtype=np.int64)]
+        return sampler.certify(engine.restricted(subset), X_t[subset], sigma,
+                               (1.0 - share) * smoothing.alpha * alpha_share, stage)
+
+    classified = smoothing.components.allocator.allocate(
+        regions, X[rows].reshape(len(rows), smoothing.n_features), chosen.sigma[rows], certify_fn)
+    prediction = np.full(len(X), ABSTAIN, dtype=np.int64)
+    p_lower = np.zeros(len(X))
+    n_samples = np.zeros(len(X), dtype=np.int64)
+    prediction[rows], p_lower[rows], n_samples[rows] = classified.prediction, classified.p_lower, classified.n_samples
+    radius = sigma_function.g_radius(chosen.sigma, p_lower, chosen.radius_cap, smoothing.n_features)
+    radius = np.where(prediction >= 0, np.maximum(radius, 0.0), 0.0)
+    return Certificates(prediction, radius, chosen.sigma, p_lower, n_samples, chosen.steps,
+                        radius_cap=chosen.radius_cap, sigma_samples=chosen.n_samples,
+                        guarantee=sigma_function.guarantee)
+
+
+def prediction_counts(smoothing, X, root_seed, regions):
+    """Class counts of ``predict``'s noisy samples, where it must abstain, and the alpha of its test.
+
+    ``predict`` smooths with the searched sigma, then the allocator's (region)
+    sigma, with no abstention and the whole ``alpha``; or, with a certified
+    sigma function, with its PREDICT choice and abstentions at
+    ``alpha_share * alpha``, leaving the rest of ``alpha`` to the
+    classifier's test (so a returned class is ``G(x)`` with probability at
+    least ``1 - alpha``).
+
+    Parameters
+    ----------
+    smoothing : Smoothing
+    X : ndarray of float32, shape (n_inputs, *input_shape)
+    root_seed : int
+    regions : RegionStore
+        Checked against ``smoothing``, then read (an allocator's sigma of the
+        region ``x`` lies in), never extended.
+
+    Returns
+    -------
+    counts : ndarray of int64, shape (n_inputs, n_classes)
+    n : int
+        Noisy samples per input.
+    abstain : ndarray of bool, shape (n_inputs,)
+        Where the sigma function abstains.
+    alpha : float
+        The level of the top-two test.
+    """
+    smoothing.check_regions(regions)
+    engine = smoothing.engine(X, root_seed)
+    X_t = torch.from_numpy(X)
+    if smoothing.sigma_function is not None:
+        fitted = smoothing.sigma_function
+        sigma, abstain = fitted.predict_sigma(engine, X_t, fitted.alpha_share * smoothing.alpha)
+        alpha = (1.0 - fitted.alpha_share) * smoothing.alpha
+    else:
+        sigma = smoothing.components.sigma_search.search(engine, X_t).sigma
+        sigma = smoothing.components.allocator.assign_sigma(regions, X.reshape(len(X), -1), sigma)
+        abstain, alpha = np.zeros(len(X), dtype=bool), smoothing.alpha
+    n = smoothing.components.sampler.prediction_sample_size
+    return engine.class_counts(X_t, sigma, n, PREDICT_STAGE), n, abstain, alpha

@@ -1,0 +1,247 @@
+"""Reading ``.npz`` archives that may be hostile: every size is checked before a byte of data is read.
+
+``np.load`` trusts the file: it allocates whatever shape a member's ``.npy``
+header declares, and a small deflated member may inflate a thousandfold (a
+zip bomb). :class:`NpzArchive` reads an array only after checking, from the
+zip directory and the member's ``.npy`` header:
+
+- that the member's compressed size fits in the file, and that its
+  uncompressed size is at most :data:`MAX_COMPRESSION_RATIO` times the
+  compressed one (members of at most :data:`SMALL_MEMBER_BYTES` excepted:
+  they cannot exhaust memory);
+- that the header is an ``.npy`` header of format version 1 or 2, at most
+  :data:`MAX_NPY_HEADER_BYTES` long, of a dtype that holds no Python objects
+  (pickles are never loaded);
+- that the data it declares (shape times item size) is exactly what the
+  member holds, and at most the caller's ``max_bytes``.
+
+A read therefore takes at most ``max_bytes`` of memory, and without that
+limit at most :data:`MAX_COMPRESSION_RATIO` times the file's size. Every
+problem is a one-line ``ValueError`` naming the array and what is wrong;
+the caller names the file.
+"""
+
+import lzma
+import math
+import os
+import reprlib
+import zipfile
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ArrayHeader", "NpzArchive", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES", "SMALL_MEMBER_BYTES"]
+
+#: Largest ratio of a member's uncompressed to compressed size that is read. Data sets that
+#: ``np.savez_compressed`` writes stay well below it (deflate reaches about 1000 only on runs of one byte,
+#: what a zip bomb is made of); an archive refused for it can be written uncompressed with ``np.savez``.
+MAX_COMPRESSION_RATIO = 256
+#: Members of at most this many bytes (uncompressed) are read whatever their compression ratio.
+SMALL_MEMBER_BYTES = 1 << 20
+#: Longest ``.npy`` header read (numpy's own default limit; the headers it writes are 128 bytes or so).
+MAX_NPY_HEADER_BYTES = 10_000
+#: Bytes read from a member at a time, straight into the array.
+_CHUNK_BYTES = 1 << 20
+_NPY_MAGIC = b"\x93NUMPY"
+#: Bytes of an ``.npy`` file before its header: the magic string, the version and the header's length.
+_NPY_PREAMBLE_BYTES = len(_NPY_MAGIC) + 2 + 4
+#: What opening or reading a zip archive or one of its members may raise on a damaged or hostile file
+#: (RuntimeError: an encrypted member or an unsupported compression method).
+_ZIP_ERRORS = (OSError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error, lzma.LZMAError)
+_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+@dataclass(frozen=True)
+class ArrayHeader:
+    """What an array's ``.npy`` header declares.
+
+    Attributes
+    ----------
+    shape : tuple of int
+    dtype : numpy.dtype
+    fortran_order : bool
+    """
+
+    shape: tuple
+    dtype: np.dtype
+    fortran_order: bool
+
+    @property
+    def nbytes(self):
+        """Bytes of data the header declares (shape times item size)."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def __str__(self):
+        return f"shape {self.shape} of {self.dtype}"
+
+
+class NpzArchive:
+    """An ``.npz`` file whose arrays are read only within checked bounds (see the module docstring).
+
+    Use it as a context manager; the file stays open until then.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Raises
+    ------
+    ValueError
+        Where the file cannot be opened, is a single ``.npy`` array or is not
+        a zip archive.
+
+    Attributes
+    ----------
+    names : list of str
+        The arrays it holds (its members named ``<name>.npy``).
+    """
+
+    def __init__(self, path):
+        try:
+            self._file = open(path, "rb")
+        except OSError as error:
+            raise ValueError(f"it cannot be opened ({error.strerror})") from error
+        try:
+            self._zip = self._open_zip()
+        except BaseException:
+            self._file.close()
+            raise
+        self.names = [info.filename.removesuffix(".npy") for info in self._zip.infolist()
+                      if info.filename.endswith(".npy")]
+
+    def _open_zip(self):
+        if self._file.read(len(_NPY_MAGIC)) == _NPY_MAGIC:
+            raise ValueError("a single .npy array, not an .npz archive of named arrays")
+        self._size = os.fstat(self._file.fileno()).st_size
+        try:
+            return zipfile.ZipFile(self._file)
+        except (*_ZIP_ERRORS, ValueError) as error:
+            raise ValueError(f"not an .npz archive ({error})") from error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        """Close the file."""
+        self._zip.close()
+        self._file.close()
+
+    def header(self, name):
+        """What array ``name``'s ``.npy`` header declares, checked against the zip directory; no data is read.
+
+        Parameters
+        ----------
+        name : str
+
+        Returns
+        -------
+        ArrayHeader
+
+        Raises
+        ------
+        ValueError
+            Naming the array: absent, its sizes in the zip directory (see the
+            module docstring), a damaged or unreadable header, Python objects,
+            or declared data that is not what the member holds.
+        """
+        return self._member(self._info(name), self._read_header)
+
+    def read(self, name, max_bytes=None):
+        """Array ``name``, read only once its sizes are checked (see the module docstring).
+
+        Parameters
+        ----------
+        name : str
+        max_bytes : int, optional
+            Most bytes of data the array may declare, checked against the zip
+            directory before anything is read, then against the header.
+
+        Returns
+        -------
+        ndarray
+            Writable, of the declared shape, dtype and order.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`header`; also more data than ``max_bytes``, more than
+            can be allocated, or a member cut short or damaged.
+        """
+        info = self._info(name, max_bytes)
+
+        def read_array(member, info):
+            header = self._read_header(member, info)
+            if max_bytes is not None and header.nbytes > max_bytes:
+                raise ValueError(f"array {name!r} declares {header.nbytes} bytes ({header}), more than the "
+                                 f"{max_bytes} it may hold")
+            return self._read_data(member, name, header)
+
+        return self._member(info, read_array)
+
+    def _info(self, name, max_bytes=None):
+        """The zip directory's entry of array ``name``, its sizes checked (against ``max_bytes`` of data first)."""
+        try:
+            info = self._zip.getinfo(name + ".npy")
+        except KeyError:
+            raise ValueError(f"no array {name!r} (the file has {reprlib.repr(self.names)})") from None
+        if max_bytes is not None and info.file_size > max_bytes + _NPY_PREAMBLE_BYTES + MAX_NPY_HEADER_BYTES:
+            raise ValueError(f"array {name!r} takes {info.file_size} bytes by the zip directory, more than an array "
+                             f"of {max_bytes} bytes may take")
+        if info.compress_size > self._size:
+            raise ValueError(f"array {name!r} takes {info.compress_size} bytes by the zip directory, more than the "
+                             f"file's {self._size}")
+        if info.file_size > max(SMALL_MEMBER_BYTES, MAX_COMPRESSION_RATIO * info.compress_size):
+            raise ValueError(f"array {name!r} inflates from {info.compress_size} to {info.file_size} bytes, more "
+                             f"than {MAX_COMPRESSION_RATIO} times (a zip bomb's ratio); save it with np.savez, "
+                             f"uncompressed")
+        return info
+
+    def _member(self, info, action):
+        """``action(member, info)`` on the open member of entry ``info``; zip errors become ValueErrors."""
+        try:
+            with self._zip.open(info) as member:
+                return action(member, info)
+        except _ZIP_ERRORS as error:
+            raise ValueError(f"array {info.filename.removesuffix('.npy')!r} cannot be read ({error})") from error
+
+    def _read_header(self, member, info):
+        """Parse and check the ``.npy`` header at the start of ``member`` (entry ``info``)."""
+        name = info.filename.removesuffix(".npy")
+        try:
+            version = np.lib.format.read_magic(member)
+            if version not in _HEADER_READERS:
+                raise ValueError(f".npy format version {version}, which is not read")
+            shape, fortran_order, dtype = _HEADER_READERS[version](member, max_header_size=MAX_NPY_HEADER_BYTES)
+        except (ValueError, TypeError, SyntaxError, RecursionError) as error:
+            raise ValueError(f"array {name!r} has no valid .npy header ({' '.join(str(error).split())})") from error
+        header = ArrayHeader(tuple(shape), dtype, bool(fortran_order))
+        if dtype.hasobject:
+            raise ValueError(f"array {name!r} holds Python objects ({header}), which smoothsk never loads (unpickling "
+                             f"runs code); save numeric or string arrays")
+        if dtype.itemsize == 0 or min(shape, default=0) < 0:
+            raise ValueError(f"array {name!r} declares {header}, which no array written by numpy has")
+        held = info.file_size - member.tell()
+        if header.nbytes != held:
+            raise ValueError(f"array {name!r} declares {header.nbytes} bytes ({header}) but holds {held}")
+        return header
+
+    @staticmethod
+    def _read_data(member, name, header):
+        """The ``header.nbytes`` bytes after the header, read straight into a new array."""
+        try:
+            flat = np.empty(math.prod(header.shape), dtype=header.dtype)
+        except MemoryError as error:
+            raise ValueError(f"array {name!r} needs {header.nbytes} bytes ({header}), more than can be "
+                             f"allocated") from error
+        target, filled = memoryview(flat.view(np.uint8)), 0
+        while filled < header.nbytes:
+            chunk = member.read(min(_CHUNK_BYTES, header.nbytes - filled))
+            if not chunk:
+                raise ValueError(f"array {name!r} is cut short: {filled} of its {header.nbytes} bytes")
+            target[filled:filled + len(chunk)] = chunk
+            filled += len(chunk)
+        return flat.reshape(header.shape, order="F" if header.fortran_order else "C")

@@ -1,0 +1,122 @@
+"""What a certified sigma function is given to fit: the trained classifier and the estimator's training settings."""
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import _stages
+from ..engine import MonteCarloEngine
+
+
+@dataclass(frozen=True, eq=False)
+class SigmaFitContext:
+    """The trained classifier and the estimator's settings, as a certified sigma function's ``fit`` sees them.
+
+    The estimator builds it (:meth:`from_estimator`) at the end of ``fit``
+    and passes it to :meth:`~smoothsk.sigma.BaseCertifiedSigma.fit_sigma`:
+    a sigma function reads what it needs here, never the estimator. A
+    function that trains a module of its own (the selector of
+    :class:`~smoothsk.sigma.CertifiedSigmaSelector`) builds it like the
+    classifier's and trains it with the estimator's optimizer, epochs and
+    batch size, from seeds of its own purposes (:meth:`seed`).
+
+    Attributes
+    ----------
+    classifier_engine : callable
+        ``classifier_engine(root_seed=...)``: a
+        :class:`~smoothsk.engine.MonteCarloEngine` on the trained classifier
+        (``engine.module``; sample it in eval mode), with the estimator's
+        ``certify_batch_size``, ``device`` and ``n_jobs``, inputs keyed by
+        their row.
+    levels : ndarray of float, shape (K,), or None
+        The training schedule's grid of noise levels
+        (``BaseTrainingSchedule.noise_levels()``); None where it has none.
+    assignment_levels : ndarray of float, shape (K',), or None
+        The grid from which the schedule assigned ``train_sigmas`` by a
+        labelled grid search (PFAT Eq. 5;
+        ``BaseTrainingSchedule.assignment_levels()``), else None.
+    train_sigmas : ndarray of float, shape (n_train,), or None
+        Each training sample's sigma at the end of training (``train_sigmas_``).
+    module_class : type or None
+        With ``module_params``, the module factory:
+        ``module_class(**module_params, n_classes=K)`` is a new module like
+        the classifier with K outputs. None where the estimator's module is
+        an instance or a class that takes no ``n_classes``.
+    module_params : dict
+        The estimator's ``module__`` parameters.
+    optimizer_factory : callable
+        ``optimizer_factory(parameters)``: the estimator's optimizer on
+        ``parameters``, with its ``lr`` and ``optimizer__`` parameters.
+    max_epochs : int
+        The estimator's ``max_epochs``.
+    batch_size : int or None
+        The estimator's training batch size; None for the whole training
+        set (skorch's -1).
+    device : torch.device
+        The estimator's device.
+    random_state : int, RandomState instance or None
+        The estimator's; :meth:`seed` derives the seed of each purpose from it.
+    """
+
+    classifier_engine: Callable
+    levels: np.ndarray | None
+    assignment_levels: np.ndarray | None
+    train_sigmas: np.ndarray | None
+    module_class: type | None
+    module_params: dict
+    optimizer_factory: Callable
+    max_epochs: int
+    batch_size: int | None
+    device: torch.device
+    random_state: object
+
+    def seed(self, salt):
+        """The estimator's seed for one purpose: ``salt`` is one of :mod:`smoothsk._stages`' ``*_SALT`` values.
+
+        Equal to the seed the estimator derives for that salt
+        (:func:`smoothsk._stages.seed`; from a RandomState, the next draw).
+
+        Returns
+        -------
+        int
+        """
+        return _stages.seed(self.random_state, salt)
+
+    @classmethod
+    def from_estimator(cls, estimator):
+        """The context of a fitted (or loaded) ``SampleWiseSmoothedClassifier``.
+
+        Reads its parameters and fitted attributes only. On a loaded
+        estimator, which has no ``training_``, ``levels`` and
+        ``assignment_levels`` are None.
+
+        Parameters
+        ----------
+        estimator : SampleWiseSmoothedClassifier
+            With ``module_`` and ``classes_``.
+
+        Returns
+        -------
+        SigmaFitContext
+        """
+        training = getattr(estimator, "training_", None)
+        module = estimator.module
+        takes_classes = isinstance(module, type) and "n_classes" in inspect.signature(module).parameters
+        options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}
+        return cls(
+            classifier_engine=functools.partial(MonteCarloEngine, estimator.module_, len(estimator.classes_),
+                                                estimator.certify_batch_size, estimator.device, estimator.n_jobs),
+            levels=None if training is None else training.noise_levels(),
+            assignment_levels=None if training is None else training.assignment_levels(),
+            train_sigmas=getattr(estimator, "train_sigmas_", None),
+            module_class=module if takes_classes else None,
+            module_params=estimator.get_params_for("module"),
+            optimizer_factory=functools.partial(estimator.optimizer, lr=estimator.lr, **options),
+            max_epochs=estimator.max_epochs,
+            batch_size=None if estimator.batch_size == -1 else int(estimator.batch_size),
+            device=torch.device(estimator.device),
+            random_state=estimator.random_state)

@@ -1,0 +1,142 @@
+"""Tests of smoothsk._npz: arrays of a hostile .npz are read only within checked bounds."""
+
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import forbid
+from npz_support import npy_bytes, write_npz
+
+from smoothsk._npz import MAX_COMPRESSION_RATIO, SMALL_MEMBER_BYTES, NpzArchive
+
+
+def read_all(path, max_bytes=None):
+    with NpzArchive(path) as archive:
+        return {name: archive.read(name, max_bytes) for name in archive.names}
+
+
+def refused(path, words, name="X", max_bytes=None):
+    """Assert that reading array ``name`` of ``path`` raises a one-line ValueError with ``words``."""
+    with pytest.raises(ValueError, match=words) as error, NpzArchive(path) as archive:
+        archive.read(name, max_bytes)
+    assert "\n" not in str(error.value)
+
+
+ARRAYS = {"X": np.arange(12, dtype=np.float32).reshape(3, 4), "fortran": np.asfortranarray(np.eye(3)[:, :2]),
+          "labels": np.array(["cat", "dog"]), "flags": np.array([True, False]), "empty": np.zeros((0, 5)),
+          "scalar": np.array(7)}
+
+
+class TestReads:
+    @pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+    def test_reads_what_numpy_writes(self, tmp_path, save):
+        path = tmp_path / "data.npz"
+        save(path, **ARRAYS)
+        arrays = read_all(path)
+        assert list(arrays) == list(ARRAYS)
+        for name, expected in ARRAYS.items():
+            np.testing.assert_array_equal(arrays[name], expected)
+            assert arrays[name].dtype == expected.dtype and arrays[name].flags.writeable
+        assert arrays["fortran"].flags.f_contiguous
+
+    def test_header_reads_no_data(self, tmp_path, monkeypatch):
+        path = tmp_path / "data.npz"
+        np.savez(path, **ARRAYS)
+        forbid(monkeypatch, np, "empty", "allocated an array to describe one")
+        with NpzArchive(path) as archive:
+            header = archive.header("X")
+        assert (header.shape, header.dtype, header.nbytes) == ((3, 4), np.float32, 48)
+
+    def test_a_small_member_is_read_whatever_its_ratio(self, tmp_path):
+        path = tmp_path / "zeros.npz"
+        np.savez_compressed(path, X=np.zeros(SMALL_MEMBER_BYTES // 8 - 16))  # inflates about 500 times
+        assert not read_all(path)["X"].any()
+
+
+class TestRefusals:
+    def test_object_arrays_are_never_unpickled(self, tmp_path):
+        path = tmp_path / "objects.npz"
+        np.savez(path, X=np.array([1, "text", None], dtype=object))
+        refused(path, "holds Python objects")
+
+    def test_a_single_npy_file_and_other_files_are_not_archives(self, tmp_path):
+        np.save(tmp_path / "X.npy", ARRAYS["X"])
+        (tmp_path / "text.npz").write_text("not a zip")
+        with pytest.raises(ValueError, match="a single .npy array"):
+            NpzArchive(tmp_path / "X.npy")
+        with pytest.raises(ValueError, match="not an .npz archive"):
+            NpzArchive(tmp_path / "text.npz")
+        with pytest.raises(ValueError, match="cannot be opened"):
+            NpzArchive(tmp_path / "missing.npz")
+
+    def test_an_absent_array_is_named(self, tmp_path):
+        path = tmp_path / "data.npz"
+        np.savez(path, inputs=ARRAYS["X"])
+        refused(path, r"no array 'X' \(the file has \['inputs'\]\)")
+
+    def test_a_header_declaring_more_than_the_member_holds_is_refused_before_allocating(self, tmp_path,
+                                                                                      monkeypatch):
+        # The regression of the CLI: a 200-byte file whose header claims 10**13 rows (a MemoryError traceback).
+        path = tmp_path / "claims.npz"
+        write_npz(path, {"X": npy_bytes(np.zeros((1, 4), np.float32), shape=(10 ** 13, 4))})
+        forbid(monkeypatch, np, "empty", "allocated the declared array")
+        refused(path, r"declares 160000000000000 bytes \(shape \(10000000000000, 4\) of float32\) but holds 16")
+
+    def test_more_than_max_bytes_is_refused(self, tmp_path):
+        path = tmp_path / "data.npz"
+        np.savez(path, X=ARRAYS["X"])
+        assert read_all(path, max_bytes=48)["X"].shape == (3, 4)
+        refused(path, "declares 48 bytes .* more than the 47 it may hold", max_bytes=47)
+
+    @pytest.mark.parametrize("compress", [False, True])
+    def test_sizes_the_zip_directory_claims_are_checked_before_reading(self, tmp_path, monkeypatch, compress):
+        path = tmp_path / "lies.npz"
+        write_npz(path, {"X": ARRAYS["X"]}, compress=compress, file_sizes={"X": 5 << 30})
+        forbid(monkeypatch, zipfile.ZipFile, "open", "opened a member")
+        refused(path, f"more than {MAX_COMPRESSION_RATIO} times")
+        refused(path, "takes 5368709120 bytes by the zip directory, more than an array of 48 bytes", max_bytes=48)
+
+    def test_a_zip_bomb_is_refused_before_it_is_inflated(self, tmp_path, monkeypatch):
+        path = tmp_path / "bomb.npz"
+        np.savez_compressed(path, X=np.zeros((1 << 20, 4), dtype=np.float32))  # 16 MiB in about 16 KiB
+        forbid(monkeypatch, zipfile.ZipFile, "open", "opened a member")
+        refused(path, rf"inflates from \d+ to 16777344 bytes, more than {MAX_COMPRESSION_RATIO} times .* np.savez")
+
+    def test_encrypted_members_and_unknown_compression_are_refused(self, tmp_path):
+        path = tmp_path / "encrypted.npz"
+        write_npz(path, {"X": ARRAYS["X"]}, encrypted=("X",))
+        refused(path, "'X' cannot be read .*encrypted")
+        path = tmp_path / "method.npz"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("X.npy", npy_bytes(ARRAYS["X"]))
+            archive.infolist()[0].compress_type = 99
+        refused(path, "'X' cannot be read .*compression method")
+
+    def test_a_long_npy_header_is_refused(self, tmp_path):
+        path = tmp_path / "long.npz"
+        header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (0,), " + b" " * 20_000 + b"}\n"
+        write_npz(path, {"X": b"\x93NUMPY\x02\x00" + len(header).to_bytes(4, "little") + header})
+        refused(path, "no valid .npy header")
+
+    def test_a_failed_allocation_is_a_value_error(self, tmp_path, monkeypatch):
+        path = tmp_path / "data.npz"
+        np.savez(path, X=ARRAYS["X"])
+
+        def out_of_memory(*args, **kwargs):
+            raise MemoryError
+
+        monkeypatch.setattr(np, "empty", out_of_memory)
+        refused(path, "needs 48 bytes .* more than can be allocated")
+
+    @pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+    def test_any_damaged_byte_is_read_or_refused_with_a_value_error(self, tmp_path, save):
+        # Every single-byte change of a small archive: no other exception, no traceback.
+        path, damaged = tmp_path / "data.npz", tmp_path / "damaged.npz"
+        save(path, X=ARRAYS["X"], labels=ARRAYS["labels"])
+        content = path.read_bytes()
+        for index in range(len(content)):
+            damaged.write_bytes(content[:index] + bytes([content[index] ^ 0xFF]) + content[index + 1:])
+            try:
+                read_all(damaged, max_bytes=1 << 10)
+            except ValueError as error:
+                assert "\n" not in str(error), index
