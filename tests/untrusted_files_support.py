@@ -1,9 +1,9 @@
-"""Hostile model files for ``tests/test_untrusted_files_fuzz.py`` and ``benchmarks/bench_untrusted_files.py``.
+"""Hostile files for ``tests/test_untrusted_files_fuzz.py`` and ``benchmarks/bench_untrusted_files.py``.
 
-Every file starts from a valid saved model (:func:`base_models`) and is
-mutated by one of the :data:`FAMILIES` of mutations: the JSON document (its
-parameters, labels, input shape, regions, fitted sigma function, manifest),
-the tensors, the JSON text itself, the safetensors header, the raw bytes, the
+Model files start from valid saved models (:func:`base_models`) and are
+mutated by one of the :data:`FAMILIES`: the JSON document (its parameters,
+labels, input shape, regions, fitted sigma function, manifest), the tensors,
+the JSON text itself, the safetensors header, the raw bytes, the
 authentication entries of a keyed file, or a planted payload that would leave
 a marker file if any code from the file ran. An unkeyed file is mostly
 re-signed as a forger can (the SHA-256 of the JSON text's bytes, then of each
@@ -12,14 +12,17 @@ parser instead of stopping at the digest; some are left unsigned. A keyed
 file is never re-signed with its key: every change to what it authenticates
 must be refused.
 
-:func:`run_files` loads each file in a worker process (many files per
+Checkpoints and ``.npz`` inputs start from valid files (:func:`base_archives`)
+and are mutated by the :data:`ARCHIVE_FAMILIES` (the zip directory, the
+``.npy`` headers, array values, the raw bytes) and, for checkpoints, the
+:data:`CHECKPOINT_FAMILIES` (the JSON header); a checkpoint's region store is
+mostly re-digested as a forger can.
+
+:func:`run_files` reads each file in a worker process (many files per
 process, under an address-space limit) and records per file its
-:class:`Outcome`: loaded and equal to the base model, loaded and different
-(only a forged unkeyed file may), refused with a one-line ValueError naming
-the file, another exception or a crash (failures), a marker, and the peak
-RSS growth of the load. A file that loads is then used (``certify`` of one
-input, within a time limit), and an exception other than ValueError there is
-a failure too: loading let through a value the estimator cannot use.
+:class:`Outcome`. What is read and differs from its base is then used (a
+``certify``, within a time limit), and an exception other than ValueError
+there is a failure too: reading let through a value the estimator cannot use.
 
 Run as a script, this module is that worker: ``python untrusted_files_support.py JOBS RESULTS``.
 """
@@ -175,7 +178,7 @@ def dumps(document):
 # ------------------------------------------------------------------ base models
 
 def base_models(folder, names=("regions", "keyed", "selector", "semi_elastic")):
-    """Fit and save the valid models mutations start from; name -> (path, key).
+    """Fit and save the valid models mutations start from; name -> base entry of :func:`run_files`.
 
     ``regions``: a FlatMLP (hidden 8) on 6 features with an
     OnlineBallAllocator and 3 regions; ``keyed``: the same saved with
@@ -203,14 +206,20 @@ def base_models(folder, names=("regions", "keyed", "selector", "semi_elastic")):
         for name, key in (("regions", None), ("keyed", KEY)):
             if name in names:
                 clf.save(folder / f"{name}.safetensors", key=key)
-                made[name] = (folder / f"{name}.safetensors", key)
+                made[name] = {"kind": "model", "path": str(folder / f"{name}.safetensors"), "key": key and key.hex()}
     for name, search in (("selector", CertifiedSigmaSelector(levels=[0.25, 0.5], n=100, n0=10)),
                          ("semi_elastic", SemiElasticSigma(k=3))):
         if name in names:
             SampleWiseSmoothedClassifier(FlatMLP, sigma_search=search, **common).fit(X, y).save(
                 folder / f"{name}.safetensors")
-            made[name] = (folder / f"{name}.safetensors", None)
+            made[name] = {"kind": "model", "path": str(folder / f"{name}.safetensors"), "key": None}
     return made
+
+
+def read_models(bases):
+    """Name -> :class:`Model` of the model entries of ``bases`` (from :func:`base_models`)."""
+    return {name: read_model(base["path"], base["key"] and bytes.fromhex(base["key"]))
+            for name, base in bases.items()}
 
 
 # ------------------------------------------------------------------ values
@@ -294,8 +303,9 @@ class Mutation:
     family: str
     description: str
     data: bytes
-    signing: str  # "forged" (re-signed as a forger can), "unsigned" (signature left as it was) or "keyed"
+    signing: str  # "forged" (re-signed as a forger can), "unsigned" (left as it was), "keyed" or "none" (.npz)
     key: bytes = None
+    marker: str = ""  # the file a payload in it would create
 
 
 def _copy(model):
@@ -655,8 +665,10 @@ def mutations(models, count, seed, marker_folder):
     for index in range(count):
         family = rng.choices(families, weights)[0]
         name = "keyed" if family is mutate_authentication and "keyed" in models else rng.choices(names, base_weights)[0]
-        marker = Path(marker_folder) / f"marker-{index:05d}"
-        made.append((name, family(models[name], rng, marker)))
+        marker = Path(marker_folder) / f"model-{index:05d}"
+        mutation = family(models[name], rng, marker)
+        mutation.marker = str(marker)
+        made.append((name, mutation))
     return made
 
 
@@ -669,20 +681,377 @@ def _path_text(path):
     return "".join(f"[{key!r}]" for key in path)
 
 
+# ------------------------------------------------------------------ .npz files and checkpoints
+
+def base_archives(folder, model_path):
+    """Write the valid ``.npz`` files mutations start from; name -> base entry of :func:`run_files`.
+
+    ``npz`` and ``npz_compressed``: inputs ``X`` (6, 6) float32 and labels
+    ``y`` for the command line (``np.savez``, ``np.savez_compressed``);
+    ``checkpoint``: the checkpoint of ``certify(X, checkpoint=...,
+    checkpoint_every=2, keep_checkpoint=True)`` on the model of
+    ``model_path`` with a MemoryAllocator, whose regions a resumed run takes
+    from the checkpoint (saved next to it as ``memory.safetensors``).
+    """
+    import numpy as np
+
+    from smoothsk import SampleWiseSmoothedClassifier
+    from smoothsk.regions import MemoryAllocator
+
+    folder = Path(folder)
+    X = np.random.RandomState(2).rand(6, 6).astype(np.float32)
+    np.save(folder / "inputs.npy", X)
+    bases = {}
+    for name, save in (("npz", np.savez), ("npz_compressed", np.savez_compressed)):
+        with open(folder / f"{name}.npz", "wb") as file:
+            save(file, X=X, y=np.arange(6) % 2)
+        bases[name] = {"kind": "npz", "path": str(folder / f"{name}.npz")}
+    clf = SampleWiseSmoothedClassifier.load(model_path).set_params(allocator=MemoryAllocator())
+    clf.reset_regions()
+    clf.save(folder / "memory.safetensors")
+    clf.certify(X, checkpoint=folder / "checkpoint.npz", checkpoint_every=2, keep_checkpoint=True)
+    bases["checkpoint"] = {"kind": "checkpoint", "path": str(folder / "checkpoint.npz"),
+                           "model": str(folder / "memory.safetensors"), "inputs": str(folder / "inputs.npy"),
+                           "every": 2}
+    return bases
+
+
+def read_archive(path):
+    """Member file name -> bytes of a (trusted) ``.npz``, in order, and whether its members are deflated."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        infos = archive.infolist()
+        return {info.filename: archive.read(info) for info in infos}, infos[0].compress_type != zipfile.ZIP_STORED
+
+
+def npy(array):
+    """The ``.npy`` bytes of ``array`` (no pickles)."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.asanyarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def npy_parts(data):
+    """(header text, data bytes) of ``.npy`` bytes of format version 1 or 2."""
+    length_bytes = 2 if data[6] == 1 else 4
+    length = int.from_bytes(data[8:8 + length_bytes], "little")
+    start = 8 + length_bytes
+    return data[start:start + length].decode("latin1"), data[start + length:]
+
+
+def npy_from_parts(header, data, version=(1, 0)):
+    """``.npy`` bytes of a header text (any, padded as numpy pads it) and data, under ``version``'s magic."""
+    text = header.encode("latin1") if isinstance(header, str) else header
+    length_bytes = 2 if version[0] == 1 else 4
+    text += b" " * (-(8 + length_bytes + len(text) + 1) % 64) + b"\n"
+    length = len(text) if version[0] != 1 or len(text) < 2**16 else 2**16 - 1
+    return b"\x93NUMPY" + bytes(version) + length.to_bytes(length_bytes, "little") + text + data
+
+
+def zipped(members, compressed, edit=None, comment=b""):
+    """Bytes of a zip archive of ``members`` (file name -> bytes); ``edit(infos)`` may then lie in its directory."""
+    import io
+    import warnings
+    import zipfile
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # duplicate names
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED) as archive:
+            for name, data in members:
+                archive.writestr(name, data)
+            if edit is not None:
+                edit(archive.infolist())  # the central directory is written on close, from these
+            archive.comment = comment
+    return buffer.getvalue()
+
+
+class _Pickled:
+    """An object whose pickle calls ``os.system`` when loaded (never by the readers under test)."""
+
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def mutate_zip(archive, rng, marker):
+    """The zip directory: declared sizes, compression methods, flags, names, duplicates, bombs, many members."""
+    import numpy as np
+
+    members, compressed = archive
+    items = list(members.items())
+    index = rng.randrange(len(items))
+    name = items[index][0]
+    action = rng.choice(["file_size", "compress_size", "method", "encrypted", "rename", "duplicate", "drop", "bomb",
+                         "small_bomb", "many", "comment", "compressed"])
+    edit, comment = None, b""
+    if action in ("file_size", "compress_size", "method", "encrypted"):
+        value = {"file_size": [0, 1, 7, 2**31, 2**32 + 5, 2**63 - 1], "compress_size": [0, 1, 2**40],
+                 "method": [0, 8, 12, 14, 99], "encrypted": [1]}[action]
+        value = rng.choice(value)
+
+        def edit(infos):
+            if action == "encrypted":
+                infos[index].flag_bits |= value
+            elif action == "method":
+                infos[index].compress_type = value
+            elif action == "file_size":
+                infos[index].file_size = rng.choice([value, infos[index].file_size + rng.choice([-1, 1, 64])])
+            else:
+                infos[index].compress_size = rng.choice([value, infos[index].compress_size + rng.choice([-1, 1])])
+        description = f"{name}: zip directory {action} lie"
+    elif action == "rename":
+        new = rng.choice(["../escape.npy", "/absolute.npy", "X", "X.npy.npy", "x" * 300 + ".npy", "header.npy",
+                          "é.npy", "certificates/prediction", "y.npy", "X.npy"])
+        items[index] = (new, items[index][1])
+        description = f"{name} renamed {new!r}"
+    elif action == "duplicate":
+        items.append((name, npy(np.zeros(3, np.float32))))
+        description = f"{name} twice (the second a different array)"
+    elif action == "drop":
+        del items[index]
+        description = f"{name} dropped"
+    elif action in ("bomb", "small_bomb"):
+        header, data = npy_parts(items[index][1])
+        rows = 2**21 if action == "bomb" else 2**15  # 64 MiB or 1 MiB of zeros in float32 rows of 8
+        items[index] = (name, npy(np.zeros((rows, 8), np.float32)))
+        compressed = True
+        description = f"{name}: {rows * 32 // 2**20} MiB of zeros, deflated"
+    elif action == "many":
+        items += [(f"extra{i}.npy", npy(np.zeros(1))) for i in range(3000)]
+        description = "3,000 more members"
+    elif action == "comment":
+        comment = b"x" * 65535
+        description = "a 64 KiB archive comment"
+    else:
+        compressed = not compressed
+        description = "members " + ("deflated" if compressed else "stored")
+    return Mutation("zip", description, zipped(items, compressed, edit, comment), "none")
+
+
+def mutate_npy(archive, rng, marker):
+    """A member's ``.npy`` header (shape, dtype, order, version, text) or data; a pickle that would touch ``marker``."""
+    import pickle
+
+    members, compressed = archive
+    items = list(members.items())
+    index = rng.randrange(len(items))
+    name = items[index][0]
+    header, data = npy_parts(items[index][1])
+    action = rng.choice(["shape", "shape", "dtype", "dtype", "fortran", "version", "text", "pickle", "data"])
+    version = (1, 0)
+    if action == "shape":
+        shape = rng.choice([(2**40,), (10**6, 10**6), (-1,), (0,), (), (2**62, 4), (1, len(data)), (len(data),),
+                            (len(data) // 8,), (len(data) // 4,), (2, len(data) // 16)])
+        header = _header_text(header, shape=shape)
+        description = f"{name} declares shape {shape}"
+    elif action == "dtype":
+        descr = rng.choice(["|O", "<U500000000", "|V8", [("a", "|O")], ">f8", "<f2", "|S0", "<M8[ns]", "<c16", "|b1",
+                            "<i8", "<u8", "<f4", "<i4", "|u1"])
+        header = _header_text(header, descr=descr)
+        description = f"{name} declares dtype {descr!r}"
+    elif action == "fortran":
+        header = _header_text(header, fortran_order=True)
+        description = f"{name} in Fortran order"
+    elif action == "version":
+        version = rng.choice([(2, 0), (3, 0), (0, 0), (255, 255)])
+        description = f"{name}: .npy version {version}"
+    elif action == "text":
+        header = rng.choice([header + "junk", f"__import__('os').system('touch {marker}')", "(" * 5000 + ")" * 5000,
+                             "{'descr': '<f4'}", "{'descr': '<f4', 'fortran_order': False, 'shape': '6'}",
+                             "{" + "'a': 1, " * 20000 + "}", "é" * 100, ""])
+        description = f"{name}: header text {_short(header, 60)}"
+    elif action == "pickle":
+        header = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"
+        data = pickle.dumps(_Pickled(f"touch {marker}"))
+        description = f"{name}: an object array whose pickle touches the marker"
+    else:
+        cut = rng.choice(["truncated", "longer", "random"])
+        data = {"truncated": data[:len(data) // 2], "longer": data + b"\0" * 8,
+                "random": bytes(rng.randrange(256) for _ in range(len(data)))}[cut]
+        description = f"{name}: data {cut}"
+    items[index] = (name, npy_from_parts(header, data, version))
+    return Mutation("npy", description, zipped(items, compressed), "none")
+
+
+def _header_text(header, **changes):
+    """``.npy`` header text with some of its keys changed."""
+    import ast
+
+    fields = ast.literal_eval(header)
+    fields.update(changes)
+    return repr(fields)
+
+
+def mutate_values(archive, rng, marker):
+    """An array's values (edge values in one element), dtype or shape; a checkpoint's region store re-digested."""
+    import io
+
+    import numpy as np
+
+    members, compressed = archive
+    items = list(members.items())
+    arrays = [i for i, (name, _) in enumerate(items) if name != "header.npy"]
+    index = rng.choice(arrays)
+    name = items[index][0]
+    array = np.load(io.BytesIO(items[index][1]))
+    action = rng.choice(["value", "value", "value", "cast", "reshape", "rows"])
+    if action == "value" and array.size:
+        array = array.copy()
+        flat = array.reshape(-1)
+        value = rng.choice([np.nan, np.inf, -np.inf, -1, 7, 2, -2, 1e30, 0, 2**40] if array.dtype.kind in "fc" else
+                           [-2, -1, 7, 2, 2**40, 0] if array.dtype.kind in "iu" else [0, 1])
+        with np.errstate(all="ignore"):
+            flat[rng.randrange(flat.size)] = np.array(value).astype(array.dtype)
+        description = f"{name}: one value {value}"
+    elif action == "cast":
+        dtype = rng.choice(["float64", "float32", "float16", "int64", "int8", "uint8", "bool", "complex64", "<U3"])
+        with np.errstate(all="ignore"):
+            array = array.astype(dtype)
+        description = f"{name} cast to {dtype}"
+    elif action == "reshape":
+        array = rng.choice([array.reshape(-1), array.reshape(array.shape + (1,)), array.reshape(1, -1)])
+        description = f"{name} reshaped to {array.shape}"
+    else:
+        array = rng.choice([array[:-1], array[:0], np.concatenate([array, array[:1]])])
+        description = f"{name} with {len(array)} rows"
+    items[index] = (name, npy(array))
+    if "header.npy" in members and name.startswith("regions/") and rng.random() < 0.8:
+        items = redigested(items)  # as a forger can: the store's digest has no secret
+        description += ", regions_done re-digested"
+    return Mutation("values", description, zipped(items, compressed), "none")
+
+
+def redigested(items):
+    """A checkpoint's members with ``regions_done`` in its header set to the digest of its region arrays."""
+    import io
+
+    import numpy as np
+
+    from smoothsk.regions import RegionStore
+
+    members = dict(items)
+    header = json.loads(np.load(io.BytesIO(members["header.npy"])).tobytes())
+    arrays = {name.removeprefix("regions/").removesuffix(".npy"): np.load(io.BytesIO(data))
+              for name, data in members.items() if name.startswith("regions/")}
+    try:
+        header["regions_done"] = RegionStore.from_arrays(arrays, header["regions_attributes"]).digest()
+    except (TypeError, ValueError, KeyError):
+        return items
+    members["header.npy"] = npy(np.frombuffer(json.dumps(header).encode(), np.uint8))
+    return list(members.items())
+
+
+def mutate_checkpoint_header(archive, rng, marker):
+    """A checkpoint's JSON header: its entries, values of every JSON type, and its text."""
+    import io
+
+    import numpy as np
+
+    members, compressed = archive
+    header = json.loads(np.load(io.BytesIO(members["header.npy"])).tobytes())
+    key = rng.choice(["chunks_done", "root_seed", "regions_start", "regions_done", "guarantee", "regions_attributes",
+                      "parts", "format", "format_version", "library_version", "text"])
+    if key == "text":
+        text = json.dumps(header)
+        text = rng.choice([text[:len(text) // 2], text.replace('"chunks_done": 3', '"chunks_done": ' + "9" * 5000),
+                           text.replace('"chunks_done": 3', '"chunks_done": NaN'), "[" * 100_000 + "]" * 100_000,
+                           text + "x", "\udcff"])
+        data = text.encode("utf-8", "surrogateescape")
+        description = f"header text {_short(text, 60)}"
+    else:
+        if key == "parts":
+            value = rng.choice([{**header["parts"], "inputs": "0" * 64}, {}, [], None, "x"])
+        elif key == "regions_attributes":
+            value = rng.choice([{**header["regions_attributes"], "n_calls": rng.choice([-1, 2**63, "4", True])},
+                                {**header["regions_attributes"], "alpha": rng.choice([0.5, "x", None, [1]])},
+                                {**header["regions_attributes"], "weights": 0}, {}, random_value(rng)])
+        elif key in ("chunks_done", "root_seed"):
+            value = rng.choice([0, 1, 2, 4, -1, 2**32, 2**63, True, "3", 3.0, None])
+        else:
+            value = random_value(rng)
+        header[key] = value
+        if key == "regions_start" and rng.random() < 0.5:  # the estimator's store is the start: resume replaces it
+            header["regions_start"] = header["regions_done"]
+        data = json.dumps(header).encode()
+        description = f"header[{key!r}] = {_short(value)}"
+    members = {**members, "header.npy": npy(np.frombuffer(data, np.uint8))}
+    return Mutation("checkpoint-header", description, zipped(list(members.items()), compressed), "none")
+
+
+def mutate_archive_bytes(archive, rng, marker):
+    """Raw bytes of the archive: flips, truncation, appended bytes, an empty file, a pickle."""
+    import pickle
+
+    raw = zipped(list(archive[0].items()), archive[1])
+    action = rng.choice(["flip", "flip", "truncate", "append", "empty", "pickle"])
+    if action == "flip":
+        data = bytearray(raw)
+        where = sorted(rng.randrange(len(data)) for _ in range(rng.randrange(1, 9)))
+        for index in where:
+            data[index] ^= 1 << rng.randrange(8)
+        return Mutation("archive-bytes", f"bits flipped at {where}", bytes(data), "none")
+    if action == "truncate":
+        cut = rng.randrange(len(raw))
+        return Mutation("archive-bytes", f"truncated to {cut} of {len(raw)} bytes", raw[:cut], "none")
+    if action == "append":
+        return Mutation("archive-bytes", "bytes appended", raw + b"PK\x05\x06" + bytes(18) + b"\0" * 10, "none")
+    if action == "empty":
+        return Mutation("archive-bytes", "empty file", b"", "none")
+    return Mutation("archive-bytes", "a pickle that touches the marker", pickle.dumps(_Pickled(f"touch {marker}")),
+                    "none")
+
+
+#: Mutation families of ``.npz`` files (and checkpoints), and those of checkpoints only; their weights.
+ARCHIVE_FAMILIES = {mutate_zip: 20, mutate_npy: 25, mutate_values: 25, mutate_archive_bytes: 10}
+CHECKPOINT_FAMILIES = {mutate_checkpoint_header: 20}
+
+
+def archive_mutations(bases, count, seed, marker_folder):
+    """``count`` mutations of the ``.npz`` and checkpoint ``bases`` (from :func:`base_archives`); (base name,
+    Mutation). A checkpoint is drawn as often as the ``.npz`` files together."""
+    rng = random.Random(seed)
+    archives = {name: read_archive(base["path"]) for name, base in bases.items()}
+    names = sorted(bases)
+    weights = [2 if bases[name]["kind"] == "checkpoint" else 1 for name in names]
+    made = []
+    for index in range(count):
+        name = rng.choices(names, weights)[0]
+        families = {**ARCHIVE_FAMILIES, **(CHECKPOINT_FAMILIES if bases[name]["kind"] == "checkpoint" else {})}
+        family = rng.choices(list(families), list(families.values()))[0]
+        marker = Path(marker_folder) / f"archive-{index:05d}"
+        mutation = family(archives[name], rng, marker)
+        mutation.marker = str(marker)
+        made.append((name, mutation))
+    return made
+
+
 # ------------------------------------------------------------------ running
 
 @dataclasses.dataclass
 class Outcome:
-    """What loading one mutated file did.
+    """What reading one mutated file did.
 
-    ``result`` is ``"loaded-equal"``, ``"loaded-different"``, ``"refused"``
-    (a one-line ValueError naming the file), or a failure:
-    ``"refused-badly"`` (a ValueError over several lines or not naming the
-    file), ``"exception"`` (another type), ``"crash"`` (the worker died),
-    ``"timeout"``, ``"unauthenticated"`` (an unsigned or keyed file that
-    loaded other content than its base). ``use`` says what ``certify`` of one
-    input did on a loaded file: ``"ok"``, ``"ValueError"``, ``"timeout"``,
-    ``"skipped"`` or, a failure, another exception type.
+    ``result`` is ``"loaded-equal"`` (what was read equals what its base
+    gives: a model, a checkpoint's certificates and region store, an
+    ``.npz``'s arrays), ``"loaded-different"``, ``"refused"`` (a one-line
+    ValueError naming the file), or a failure: ``"refused-badly"`` (a
+    ValueError over several lines or not naming the file), ``"exception"``
+    (another type), ``"crash"`` (the worker died, or was killed after its
+    time), ``"timeout"``, ``"unauthenticated"`` (an unsigned or keyed model
+    file that loaded other content than its base). ``use`` says what using
+    a read that differs did (``certify`` of one input of a model; of the
+    run's inputs after a resumed checkpoint): ``"ok"``, ``"ValueError"``,
+    ``"timeout"``, ``"skipped"`` or, a failure, another exception type,
+    ``"invalid-certificate"`` or ``"invalid-store"`` (a resumed run left
+    regions no certificate holds).
     """
 
     result: str
@@ -700,31 +1069,31 @@ class Outcome:
 
 
 def prepare(made, bases, folder):
-    """Write each mutation of ``made`` (from :func:`mutations`) into ``folder``; the ``jobs`` and ``bases`` of
-    :func:`run_files`."""
-    folder = Path(folder)
-    (folder / "markers").mkdir(exist_ok=True)
+    """Write each mutation of ``made`` (from :func:`mutations` or :func:`archive_mutations`) into ``folder``; the
+    ``jobs`` of :func:`run_files` (their markers' folders made)."""
     jobs = []
     for index, (base, mutation) in enumerate(made):
-        path = folder / f"mutated-{index:05d}.safetensors"
+        kind = bases[base]["kind"]
+        path = Path(folder) / f"mutated-{index:05d}{'.safetensors' if kind == 'model' else '.npz'}"
         path.write_bytes(mutation.data)
-        jobs.append({"path": str(path), "base": base, "signing": mutation.signing,
-                     "key": mutation.key and mutation.key.hex(),
-                     "marker": str(folder / "markers" / f"marker-{index:05d}")})
-    return jobs, {name: {"path": str(path), "key": key and key.hex()} for name, (path, key) in bases.items()}
+        Path(mutation.marker).parent.mkdir(parents=True, exist_ok=True)
+        jobs.append({"kind": kind, "path": str(path), "base": base, "signing": mutation.signing,
+                     "key": mutation.key and mutation.key.hex(), "marker": mutation.marker})
+    return jobs
 
 
 def run_files(jobs, bases, folder, per_worker=250, python=sys.executable):
-    """Load each job's file in worker processes; one :class:`Outcome` per job, in order.
+    """Read each job's file in worker processes; one :class:`Outcome` per job, in order.
 
     Parameters
     ----------
     jobs : list of dict
-        ``path``, ``base`` (a name in ``bases``), ``signing``, ``key`` (hex
-        or None), ``marker`` (a path).
+        ``kind`` (``"model"``, ``"npz"`` or ``"checkpoint"``), ``path``,
+        ``base`` (a name in ``bases``), ``signing``, ``key`` (hex or None),
+        ``marker`` (a path), as :func:`prepare` writes them.
     bases : dict of str to dict
-        Name -> ``{"path": ..., "key": hex or None}``: loaded first in each
-        worker, the reference a loaded file is compared with.
+        Name -> entry of :func:`base_models` or :func:`base_archives`: read
+        first in each worker, the reference a file read is compared with.
     folder : path
         Where job and result files go.
     per_worker : int
@@ -808,13 +1177,8 @@ def _summary(clf):
             type(sigma_function).__name__, sigma_function.get_params(deep=False), sigma_function.fitted_arrays())})
 
 
-def _use(clf):
-    """``certify`` of one input on a loaded estimator, within USE_SECONDS: ``(use, message)``."""
-    import numpy as np
-
-    if clf.n_features_in_ > 2**20:
-        return "skipped", "input over 2**20 features"
-    X = np.random.RandomState(1).rand(1, *clf.input_shape_).astype(np.float32)
+def _certify_checked(clf, X):
+    """``certify(X)`` within USE_SECONDS: ``(use, message)`` (see :class:`Outcome`)."""
     signal.alarm(USE_SECONDS)
     try:
         prediction, radius = clf.certify(X)
@@ -825,40 +1189,107 @@ def _use(clf):
         return name, " ".join(str(error).split())[:300]
     finally:
         signal.alarm(0)
-    valid = (prediction[0] in clf.classes_ or prediction[0] == -1) and radius[0] >= 0
-    return ("ok", "") if valid else ("invalid-certificate", f"prediction {prediction[0]!r}, radius {radius[0]!r}")
+    valid = all((label in clf.classes_ or label == -1) for label in prediction) and bool((radius >= 0).all())
+    return ("ok", "") if valid else ("invalid-certificate", f"predictions {prediction!r}, radii {radius!r}")
+
+
+def _store_problem(store, n_classes):
+    """What in a region store no certificate holds (as a model file's store is checked), or ``""``."""
+    import numpy as np
+
+    rules = {"centres": np.isfinite(store.centres).all(), "radii": (store.radii >= 0).all(),
+             "sigmas": (np.isfinite(store.sigmas) & (store.sigmas > 0)).all(),
+             "predictions": ((store.predictions >= -1) & (store.predictions < n_classes)).all(),
+             "p_lowers": ((store.p_lowers >= 0) & (store.p_lowers <= 1)).all(), "n_calls": store.n_calls >= 0}
+    return ", ".join(f"regions_.{name}" for name, valid in rules.items() if not valid)
+
+
+class _Kinds:
+    """What a worker does with each kind of file: read it (the call under test), digest what it read, use it."""
+
+    def __init__(self):
+        from smoothsk import SampleWiseSmoothedClassifier
+        from smoothsk.cli import read_npz
+
+        self.load, self.read_npz, self.inputs = SampleWiseSmoothedClassifier.load, read_npz, {}
+
+    def read(self, job, base):
+        if job.get("kind", "model") == "model":
+            return self.load(job["path"], key=job["key"] and bytes.fromhex(job["key"]))
+        if job["kind"] == "npz":
+            return self.read_npz(job["path"], require_y=False)
+        clf = self.load(base["model"])
+        _, _, details = clf.certify(self._inputs(base), checkpoint=job["path"], checkpoint_every=base["every"],
+                                    keep_checkpoint=True, return_details=True)
+        return clf, details
+
+    def digest(self, kind, value):
+        import numpy as np
+
+        from smoothsk._digest import value_digest
+
+        if kind == "model":
+            return _summary(value)
+        if kind == "npz":
+            return value_digest(value)
+        clf, details = value  # the certificates, and the region store the run left
+        return value_digest(({name: np.asarray(item) for name, item in vars(details).items()},
+                             clf.regions_.to_arrays()))
+
+    def use(self, kind, value, base):
+        """What using what was read did: certify one input (a model), the inputs again (a resumed run)."""
+        import numpy as np
+
+        if kind == "npz":
+            return "", ""
+        if kind == "checkpoint":  # the store the run left, which answers these inputs again (MemoryAllocator)
+            problem = _store_problem(value[0].regions_, len(value[0].classes_))
+            return ("invalid-store", problem) if problem else _certify_checked(value[0], self._inputs(base))
+        if value.n_features_in_ > 2**20:
+            return "skipped", "input over 2**20 features"
+        return _certify_checked(value, np.random.RandomState(1).rand(1, *value.input_shape_).astype(np.float32))
+
+    def _inputs(self, base):
+        import numpy as np
+
+        if base["inputs"] not in self.inputs:
+            self.inputs[base["inputs"]] = np.load(base["inputs"])
+        return self.inputs[base["inputs"]]
 
 
 def _worker(spec_path, results_path):
-    """Load every job of ``spec_path``, appending a started record and an outcome per job to ``results_path``."""
+    """Read every job of ``spec_path``, appending a started record and an outcome per job to ``results_path``."""
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+    import shutil
     import warnings
 
     warnings.simplefilter("ignore")
-    from smoothsk import SampleWiseSmoothedClassifier
-
+    kinds = _Kinds()
     spec = json.loads(Path(spec_path).read_text())
-    load = SampleWiseSmoothedClassifier.load
-    reference = {name: _summary(load(base["path"], key=base["key"] and bytes.fromhex(base["key"])))
-                 for name, base in spec["bases"].items()}
+    reference = {}
+    for name, base in spec["bases"].items():
+        kind = base.get("kind", "model")
+        copy = Path(results_path).with_name(f"reference-{name}{Path(base['path']).suffix}")
+        shutil.copyfile(base["path"], copy)  # a resumed checkpoint may be rewritten
+        reference[name] = kinds.digest(kind, kinds.read({**base, "path": str(copy), "kind": kind}, base))
     signal.signal(signal.SIGALRM, _alarm)
     with open(results_path, "a") as results:
         for index, job in enumerate(spec["jobs"], start=spec["first"]):
             results.write(json.dumps({"started": index}) + "\n")
             results.flush()
-            outcome = _load_one(load, job, reference[job["base"]])
+            outcome = _read_one(kinds, job, spec["bases"][job["base"]], reference[job["base"]])
             outcome.marker = Path(job["marker"]).exists()
             results.write(json.dumps({"index": index, "outcome": dataclasses.asdict(outcome)}) + "\n")
             results.flush()
 
 
-def _load_one(load, job, reference):
-    key = job["key"] and bytes.fromhex(job["key"])
+def _read_one(kinds, job, base, reference):
+    kind = job.get("kind", "model")
     _reset_peak()
     before = _rss_mb("VmRSS")
     signal.alarm(LOAD_SECONDS)
     try:
-        clf = load(job["path"], key=key)
+        value = kinds.read(job, base)
     except _Timeout:
         return Outcome("timeout", rss_growth_mb=_rss_mb("VmHWM") - before)
     except ValueError as error:
@@ -872,10 +1303,10 @@ def _load_one(load, job, reference):
     finally:
         signal.alarm(0)
     growth = _rss_mb("VmHWM") - before
-    if _summary(clf) == reference:
+    if kinds.digest(kind, value) == reference:
         return Outcome("loaded-equal", rss_growth_mb=growth)
-    use, use_message = _use(clf)
-    result = "loaded-different" if job["signing"] == "forged" else "unauthenticated"
+    use, use_message = kinds.use(kind, value, base)
+    result = "unauthenticated" if job["signing"] in ("unsigned", "keyed") else "loaded-different"
     return Outcome(result, rss_growth_mb=growth, use=use, use_message=use_message)
 
 
