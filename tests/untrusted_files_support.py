@@ -73,7 +73,7 @@ CLASS_NAMES = [
     "torch.optim.SGD", "torch.optim.Adam", "torch.optim.LBFGS", "smoothsk.estimator.SampleWiseSmoothedClassifier",
     "skorch.NeuralNet", "torch.nn.Module", "torch.nn.Linear", "os.system", "subprocess.Popen", "builtins.eval",
     "builtins.exec", "builtins.__import__", "posix.system", "pickle.loads", "torch.load", "numpy.load",
-    "smoothsk.models.torch.nn.Linear", "smoothsk.models.FlatMLP.__init__", "smoothsk.models", "", ".",
+    "smoothsk.models.torch.nn.Linear", "smoothsk.models.FlatMLP.__init__", "smoothsk.models", "", ".", "os.system\n",
 ]
 #: numpy dtype strings for classes_.
 DTYPES = ["<i8", "|O", "O", "V8", "<U500000000", "<U0", "<U1", "<U256", "|S5", "<f2", "<f8", "?", "|b1", "|i1",
@@ -238,7 +238,7 @@ def random_value(rng, depth=0):
         return rng.choice(EDGE_FLOATS)
     if kind == "string":
         return rng.choice(["", "a", "cpu", "meta", "cuda:99", "float16", "\u0000", "\udcff", "é" * 3, "../../etc",
-                           "$(touch /tmp/x)", "None", "1e999"] + CLASS_NAMES)
+                           "$(touch /tmp/x)", "None", "1e999", "two\nlines"] + CLASS_NAMES)
     if kind == "long":
         return "x" * rng.choice([300, 5000, 200_000])
     if kind == "class":
@@ -1197,6 +1197,12 @@ def _store_problem(store, n_classes):
     """What in a region store no certificate holds (as a model file's store is checked), or ``""``."""
     import numpy as np
 
+    arrays, attributes = store.to_arrays()
+    kinds = {"centres": "f", "radii": "f", "sigmas": "f", "predictions": "i", "p_lowers": "f"}
+    wrong = [f"regions_.{name} of dtype {arrays[name].dtype}" for name, kind in kinds.items()
+             if np.asarray(arrays[name]).dtype.kind != kind]
+    if wrong or not isinstance(attributes["n_calls"], int):
+        return ", ".join(wrong) or f"regions_.n_calls {attributes['n_calls']!r}"
     rules = {"centres": np.isfinite(store.centres).all(), "radii": (store.radii >= 0).all(),
              "sigmas": (np.isfinite(store.sigmas) & (store.sigmas > 0)).all(),
              "predictions": ((store.predictions >= -1) & (store.predictions < n_classes)).all(),
