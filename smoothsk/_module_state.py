@@ -125,12 +125,6 @@ def allocation_budget(saved, source, what):
     naming ``source`` and ``what``, so that a build stops at the first
     submodule too many instead of after allocating them all.
 
-    Yields
-    ------
-    budget
-        What the block may still register (and, under :func:`check_buildable`,
-        create).
-
     Parameters
     ----------
     saved : dict of str to torch.Tensor
@@ -139,6 +133,12 @@ def allocation_budget(saved, source, what):
         The file, named in errors.
     what : str
         The module's role (``"module_"``), named in errors.
+
+    Yields
+    ------
+    budget
+        What the block may still register (and, under :func:`check_buildable`,
+        create).
     """
     _install_hooks()
     outer = getattr(_active, "budget", None)
