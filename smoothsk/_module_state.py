@@ -7,7 +7,10 @@ gigabytes (``hidden=10**9``) or for millions of submodules (``blocks=10**7``).
 The file's own tensors say what is justified: the module is first built on
 torch's ``meta`` device (shapes, no storage) under an :func:`allocation_budget`
 derived from them, its ``state_dict`` compared with them name by name, and only
-then built for real (under the same budget) and loaded.
+then built for real (under the same budget) and loaded. On the ``meta`` device
+the budget also counts every tensor the build creates, registered or not: a
+build may run the module on a probe input (to materialise lazy layers), whose
+size and activations the file's ``input_shape_`` alone decides.
 """
 
 import contextlib
@@ -16,12 +19,15 @@ import threading
 import torch
 from torch.nn.modules import module as torch_module
 from torch.nn.parameter import UninitializedTensorMixin
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 __all__ = ["BUDGET_ALLOWANCE_BYTES", "allocation_budget", "build_from_file", "check_buildable",
            "load_module_state", "tensor_spec"]
 
 #: Bytes of parameters and buffers a module built from a file may hold beyond the file's own tensors of it
-#: (non-persistent buffers, which a file does not hold).
+#: (non-persistent buffers, which a file does not hold), and likewise bytes of all the tensors its build may create
+#: (a probe input and the activations of a forward pass on it too).
 BUDGET_ALLOWANCE_BYTES = 64 * 2**20
 #: Tensors (parameters and buffers) beyond the file's, and submodules beyond twice their count, likewise.
 BUDGET_ALLOWANCE_TENSORS = 256
@@ -35,6 +41,7 @@ class _Budget:
 
     def __init__(self, saved, source, what):
         self.bytes = sum(tensor.numel() * tensor.element_size() for tensor in saved.values()) + BUDGET_ALLOWANCE_BYTES
+        self.created = self.bytes
         self.tensors = len(saved) + BUDGET_ALLOWANCE_TENSORS
         self.modules = 2 * len(saved) + BUDGET_ALLOWANCE_MODULES
         self.source, self.what, self.saved = source, what, len(saved)
@@ -54,6 +61,34 @@ class _Budget:
                 f"{self.saved} tensors of it justify (over {BUDGET_ALLOWANCE_BYTES // 2**20} MiB, "
                 f"{BUDGET_ALLOWANCE_TENSORS} tensors or {BUDGET_ALLOWANCE_MODULES} submodules beyond them): a "
                 "parameter in the file asks for a larger module than its weights.")
+
+    def create(self, n_bytes):
+        self.created -= n_bytes
+        if self.created < 0:
+            raise ValueError(
+                f"{self.source}: building the {self.what} from the saved parameters would create more tensors "
+                f"than the file's {self.saved} tensors of it justify (over {BUDGET_ALLOWANCE_BYTES // 2**20} MiB "
+                "beyond them, a probe input and the activations of a forward pass on it included): a parameter or "
+                "the input shape in the file asks for more memory than its weights.")
+
+
+class _CountCreated(TorchDispatchMode):
+    """Charges each tensor an operation creates (not a view or an in-place result) to ``budget.create``.
+
+    A freed tensor is not given back: the count bounds all that the build
+    allocates, whatever it frees in between.
+    """
+
+    def __init__(self, budget):
+        super().__init__()
+        self.budget = budget
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if all(output.alias_info is None for output in func._schema.returns):
+            self.budget.create(sum(leaf.numel() * leaf.element_size() for leaf in tree_leaves(result)
+                                   if isinstance(leaf, torch.Tensor)))
+        return result
 
 
 def _on_tensor(module, name, tensor):
@@ -98,12 +133,18 @@ def allocation_budget(saved, source, what):
         The file, named in errors.
     what : str
         The module's role (``"module_"``), named in errors.
+
+    Yields
+    ------
+    budget
+        What the block may still register (and, under :func:`check_buildable`,
+        create).
     """
     _install_hooks()
     outer = getattr(_active, "budget", None)
     _active.budget = _Budget(saved, source, what)
     try:
-        yield
+        yield _active.budget
     finally:
         _active.budget = outer
 
@@ -133,6 +174,10 @@ def _check_state(module, saved, source, what):
 def check_buildable(build, saved, source, what):
     """Build the module on the ``meta`` device within the budget ``saved`` justifies and compare its state.
 
+    Besides what the build registers, every tensor it creates counts (a probe
+    input and the activations of a forward pass on it too): the real build
+    that follows runs the same code and creates the same tensors.
+
     Parameters
     ----------
     build : callable
@@ -152,7 +197,7 @@ def check_buildable(build, saved, source, what):
         If the build exceeds the budget, or its ``state_dict`` differs from
         ``saved`` in a key, a dtype or a shape.
     """
-    with allocation_budget(saved, source, what), torch.device("meta"):
+    with allocation_budget(saved, source, what) as budget, torch.device("meta"), _CountCreated(budget):
         module = build()
     _check_state(module, saved, source, what)
 

@@ -46,18 +46,22 @@ What loading guarantees, whoever wrote the file
   defaults. Classes come from an allow-list (smoothsk's public classes and
   ``torch.optim``'s optimizers, plus those the caller passes), and components
   are rebuilt by calling their class with the saved parameters, which only
-  stores them (scikit-learn's ``__init__`` contract). This follows the line
+  stores them (scikit-learn's ``__init__`` contract): only classes with
+  ``get_params`` are called so, never a module (built only as ``module`` or
+  a selector, under the budget below) or an optimizer. This follows the line
   skops draws with its trusted types, with fewer types: only what a saved
   estimator needs.
 - **No allocation the file's size does not justify.** Tensors are read
   within the file (safetensors checks every offset). The module (and a
   certified sigma function's selector) is built first on torch's ``meta``
   device under an allocation budget derived from the file's tensors of it
-  (:mod:`smoothsk._module_state`: its size plus 64 MiB, and bounded counts of
-  tensors and submodules, enforced at each registration), its ``state_dict``
-  compared with them, and only then built for real. The JSON nests at most
-  :data:`MAX_NESTING` deep; ``classes_``'s string dtype is at most as wide as
-  its longest label or 256 characters; ``input_shape_`` has at most
+  (:mod:`smoothsk._module_state`: its size plus 64 MiB, both for what the
+  build registers and for all the tensors it creates, a probe input through
+  lazy layers and its activations included, and bounded counts of tensors
+  and submodules, enforced at each registration and allocation), its
+  ``state_dict`` compared with them, and only then built for real. The JSON
+  nests at most :data:`MAX_NESTING` deep; ``classes_`` takes at most
+  :data:`MAX_CLASSES_BYTES`; ``input_shape_`` has at most
   :data:`MAX_INPUT_FEATURES` features; ``certify_batch_size`` batches at most
   :data:`MAX_BATCH_BYTES` of noisy inputs; sample sizes are at most
   :data:`~smoothsk._constraints.MAX_SAMPLE_SIZE` (every component is
@@ -155,10 +159,11 @@ from ._digest import value_digest
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
 from ._validation import smoothing_components
 from ._version import __version__
+from .certificates import ABSTAIN
 from .regions import RegionStore
 
-__all__ = ["FORMAT_VERSION", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING", "MIN_KEY_BYTES",
-           "load_estimator", "save_estimator"]
+__all__ = ["FORMAT_VERSION", "MAX_CLASSES_BYTES", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING",
+           "MIN_KEY_BYTES", "load_estimator", "save_estimator"]
 
 #: Version of the file layout that saving writes and loading reads; any other is refused.
 FORMAT_VERSION = 3
@@ -173,7 +178,8 @@ MIN_KEY_BYTES = 16
 MAX_NESTING = 16
 MAX_INPUT_FEATURES = 2**26
 MAX_BATCH_BYTES = 2**30
-_MAX_LABEL_CHARACTERS = 256
+#: ``classes_``'s array: its labels times its dtype's width (a string dtype is as wide as its longest label).
+MAX_CLASSES_BYTES = 64 * 2**20
 
 #: The parameters a file may set, by the kind of value each takes (see "Parameters a file may set").
 _PLAIN_PARAMETERS = frozenset({"alpha", "batch_size", "certify_autocast", "certify_batch_size", "device", "lr",
@@ -255,6 +261,10 @@ def _decode(value, where, classes, source):
             return _lookup(value["type"], where, classes, source)
         if keys == {"class", "params"} and isinstance(value["params"], dict):
             cls = _lookup(value["class"], where, classes, source)
+            if not hasattr(cls, "get_params") or issubclass(cls, torch.nn.Module):
+                # What encode writes so: a module is a class ({"type": ...}), never built from the file's values.
+                raise ValueError(f"{source}: parameter {where} names {value['class']} as a component, which it is "
+                                 "not (a scikit-learn-style object with get_params, not a module): nothing was built.")
             params = {key: _decode(item, f"{where}.{key}", classes, source) for key, item in value["params"].items()}
             try:
                 return cls(**params)
@@ -598,13 +608,22 @@ def _same(computed, recorded):
     return hmac.compare_digest(computed.encode(), recorded.encode("utf-8", "replace"))
 
 
+def _integer(text):
+    """A JSON integer of at most 64 bits (signed or not): no saved value is larger, and float() takes any of them."""
+    value = int(text)
+    if not -2**63 <= value < 2**64:
+        raise ValueError(f"the integer {text[:20]}... has more than 64 bits")
+    return value
+
+
 def _parse(text, path):
-    """The JSON object ``text``, nested at most :data:`MAX_NESTING` deep."""
+    """The JSON object ``text``, nested at most :data:`MAX_NESTING` deep, its integers of at most 64 bits."""
     try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        document = json.loads(text, parse_int=_integer)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError, and so is int()'s digit limit
         raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not valid JSON nested at most "
-                         f"{MAX_NESTING} deep ({type(exc).__name__}).") from None
+                         f"{MAX_NESTING} deep with integers of at most 64 bits ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}).") from None
     if not isinstance(document, dict):
         raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not a JSON object.")
     level, depth = [document], 1
@@ -628,16 +647,20 @@ def _decode_classes(spec, source):
         dtype = None
     values = spec["values"]
     plain = all(isinstance(v, (bool, int, float, str)) for v in values)
-    if dtype is not None and dtype.kind == "U" and dtype.itemsize // 4 > max(
-            _MAX_LABEL_CHARACTERS, *(len(value) for value in values if isinstance(value, str))):
-        raise ValueError(f"{source}: classes_ has dtype {spec['dtype']!r}, wider than its labels need (at most "
-                         f"{_MAX_LABEL_CHARACTERS} characters or the longest label).")
+    if dtype is not None and len(values) * dtype.itemsize > MAX_CLASSES_BYTES:
+        raise ValueError(f"{source}: classes_ of {len(values)} labels of dtype {spec['dtype']!r} would take "
+                         f"{len(values) * dtype.itemsize / 2**20:.3g} MiB, over the {MAX_CLASSES_BYTES // 2**20} MiB "
+                         "a model file may ask for.")
     if dtype is None or dtype.kind not in "biufUO" or len(values) < 2 or not plain:
         raise ValueError(f"{source}: classes_ is malformed: expected at least 2 labels (numbers or strings) "
                          f"of a bool, int, float, string or object dtype; got {spec!r}.")
     classes = np.empty(len(values), dtype=dtype)
-    classes[:] = values
-    if classes.tolist() != values:
+    with np.errstate(all="ignore"):
+        try:
+            classes[:] = values
+        except (OverflowError, ValueError, TypeError):  # an int out of its dtype's range, a string in a number dtype
+            classes = None
+    if classes is None or classes.tolist() != values:
         raise ValueError(f"{source}: classes_ values {values!r} do not fit their dtype {spec['dtype']!r}.")
     return classes
 
@@ -656,10 +679,25 @@ def _prefixed(tensors, prefix):
     return {name[len(prefix):]: tensor for name, tensor in tensors.items() if name.startswith(prefix)}
 
 
-def _decode_regions(attributes, tensors, n_features, source):
-    """The region store, its arrays checked against an empty store's names, dtypes and row shapes."""
+def _array(tensors, name, source):
+    """The file's tensor ``name`` as a numpy array; refused where numpy has no such dtype (bfloat16, float8)."""
+    try:
+        return tensors[name].numpy()
+    except TypeError:
+        raise ValueError(f"{source}: tensor {name!r} has dtype {tensors[name].dtype}, which no fitted array outside "
+                         "a module has.") from None
+
+
+def _decode_regions(attributes, tensors, n_features, n_classes, source):
+    """The region store, its arrays checked against an empty store's names, dtypes and row shapes, and its values.
+
+    A region's values are those of a certificate: a finite centre, a radius
+    >= 0, a finite sigma > 0, the index of a class (or ``ABSTAIN``) and a
+    probability bound in [0, 1]; ``n_calls`` is >= 0.
+    """
     template_arrays, template_attributes = RegionStore.empty(n_features).to_arrays()
-    saved = {name: tensor.numpy() for name, tensor in _prefixed(tensors, _REGIONS_PREFIX).items()}
+    saved = {name: _array(tensors, _REGIONS_PREFIX + name, source)
+             for name in _prefixed(tensors, _REGIONS_PREFIX)}
     if set(saved) != set(template_arrays):
         raise ValueError(f"{source}: the region arrays are {sorted(saved)}; expected {sorted(template_arrays)}.")
     for name, template in template_arrays.items():
@@ -675,6 +713,17 @@ def _decode_regions(attributes, tensors, n_features, source):
             for name, template in template_attributes.items())):
         raise ValueError(f"{source}: the region attributes {attributes!r} do not match "
                          f"{ {name: type(value).__name__ for name, value in template_attributes.items()} }.")
+    invalid = [name for name, valid in [
+        ("centres", np.isfinite(saved["centres"]).all()),
+        ("radii", (saved["radii"] >= 0).all()),
+        ("sigmas", (np.isfinite(saved["sigmas"]) & (saved["sigmas"] > 0)).all()),
+        ("predictions", ((saved["predictions"] >= ABSTAIN) & (saved["predictions"] < n_classes)).all()),
+        ("p_lowers", ((saved["p_lowers"] >= 0) & (saved["p_lowers"] <= 1)).all()),
+        ("n_calls", attributes["n_calls"] >= 0)] if not valid]
+    if invalid:
+        raise ValueError(f"{source}: the region store's {', '.join(invalid)} hold values no certificate has (finite "
+                         "centres, radii >= 0, finite sigmas > 0, predictions ABSTAIN or a class index below "
+                         f"{n_classes}, p_lowers in [0, 1], n_calls >= 0).")
     return RegionStore.from_arrays(saved, attributes)
 
 
@@ -813,14 +862,19 @@ def _rebuild(cls, document, tensors, source, module, classes):
         _built(estimator.initialize, source)  # skorch refuses parameters its class does not take here
     load_module_state(estimator.module_, saved_module, source)
     if _TRAIN_SIGMAS in tensors:
-        train_sigmas = tensors[_TRAIN_SIGMAS].numpy()
+        train_sigmas = _array(tensors, _TRAIN_SIGMAS, source)
         if train_sigmas.ndim != 1 or train_sigmas.dtype.kind != "f":
             raise ValueError(f"{source}: train_sigmas_ must be a 1-d float array; got dtype "
                              f"{train_sigmas.dtype} and shape {train_sigmas.shape}.")
         estimator.train_sigmas_ = train_sigmas
     if _TRAIN_KEYS in tensors:  # whose sigmas train_sigmas_ are, for a later partial_fit
-        estimator.train_keys_ = tensors[_TRAIN_KEYS].numpy()
-    estimator.regions_ = _decode_regions(document.get("regions_"), tensors, estimator.n_features_in_, source)
+        train_keys, train_sigmas = _array(tensors, _TRAIN_KEYS, source), getattr(estimator, "train_sigmas_", None)
+        if train_keys.dtype != np.uint64 or train_sigmas is None or train_keys.shape != train_sigmas.shape:
+            raise ValueError(f"{source}: train_keys_ must be a uint64 array of train_sigmas_'s shape; got dtype "
+                             f"{train_keys.dtype} and shape {train_keys.shape}.")
+        estimator.train_keys_ = train_keys
+    estimator.regions_ = _decode_regions(document.get("regions_"), tensors, estimator.n_features_in_,
+                                         len(classes_), source)
     estimator.history = History(history)
     _decode_sigma_function(estimator, document.get("sigma_search_"), _prefixed(tensors, _SIGMA_FUNCTION_PREFIX),
                            classes, source)
@@ -832,7 +886,7 @@ def _built(build, source):
     try:
         return build()
     except ValueError as exc:
-        if str(exc).startswith(source):
+        if str(exc).startswith(source) and "\n" not in str(exc):
             raise
         error = exc
     except (TypeError, RuntimeError, AttributeError, LookupError, ArithmeticError, MemoryError) as exc:
@@ -844,12 +898,8 @@ def _built(build, source):
 def _check_sizes(estimator, source):
     """Refuse saved components and settings that are invalid or would allocate more than a model file may ask."""
     for name in sorted(_COMPONENT_PARAMETERS):
-        component = getattr(estimator, name)
-        if component is not None:
-            try:
-                component.validate()
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{source}: parameter {name!r} is invalid: {' '.join(str(exc).split())}") from None
+        if getattr(estimator, name) is not None:
+            _validate(getattr(estimator, name), name, source)
     _built(lambda: smoothing_components(estimator), source)
     batch_bytes = estimator.certify_batch_size * estimator.n_features_in_ * 4
     if batch_bytes > MAX_BATCH_BYTES:
@@ -857,6 +907,14 @@ def _check_sizes(estimator, source):
                          f"{batch_bytes / 2**30:.3g} GiB of noisy inputs, over the {MAX_BATCH_BYTES // 2**30} GiB a "
                          "model file may ask for; save a smaller one and set yours after loading "
                          "(set_params(certify_batch_size=...)).")
+
+
+def _validate(component, name, source):
+    """``component.validate()``, its refusal one ValueError naming ``source`` and ``name``."""
+    try:
+        component.validate()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{source}: parameter {name!r} is invalid: {' '.join(str(exc).split())}") from None
 
 
 def _decode_sigma_function(estimator, saved, arrays, classes, source):
@@ -870,4 +928,5 @@ def _decode_sigma_function(estimator, saved, arrays, classes, source):
     if not callable(getattr(sigma_function, "restore_fitted", None)):
         raise ValueError(f"{source}: sigma_search_ is a {type(sigma_function).__name__}, which is not a certified "
                          "sigma function whose fitted state a file holds.")
-    estimator.sigma_search_ = sigma_function.restore_fitted(estimator, arrays, source)
+    _validate(sigma_function, "sigma_search_", source)  # as the sigma_search parameter is (_check_sizes)
+    estimator.sigma_search_ = _built(lambda: sigma_function.restore_fitted(estimator, arrays, source), source)

@@ -14,8 +14,9 @@ import textwrap
 
 import numpy as np
 import pytest
+import torch
 from safetensors import safe_open
-from safetensors.numpy import save_file
+from safetensors.torch import save_file
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.models import CifarResNet, FlatMLP
@@ -26,7 +27,7 @@ load = SampleWiseSmoothedClassifier.load
 
 #: Address-space limit of the subprocess that loads memory-hostile files (torch alone maps about 1.5 GB).
 ADDRESS_SPACE_LIMIT = 4 * 2**30
-#: Largest peak-RSS growth allowed while loading a hostile file of under 20 KB.
+#: Largest peak-RSS growth allowed while loading a hostile file of under 40 KB.
 RSS_GROWTH_LIMIT_MB = 200
 
 
@@ -39,13 +40,16 @@ def read_file(path):
 
 
 def forge(path, document, tensors):
-    """Write ``document`` and ``tensors`` as an unkeyed model file with a valid digest, as a forger can."""
-    document = {**document, "tensors": {name: {"dtype": str(array.dtype), "shape": list(array.shape)}
-                                        for name, array in tensors.items()}}
+    """Write ``document`` and ``tensors`` (arrays or torch tensors) as an unkeyed model file with a valid digest, as
+    a forger can."""
+    tensors = {name: torch.as_tensor(array).clone() for name, array in tensors.items()}
+    document = {**document, "tensors": {name: {"dtype": str(tensor.dtype).removeprefix("torch."),
+                                               "shape": list(tensor.shape)} for name, tensor in tensors.items()}}
     text = json.dumps(document, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(text.encode())
     for name in sorted(tensors):
-        digest.update(np.ascontiguousarray(tensors[name]).tobytes())
+        if tensors[name].numel():  # an empty tensor has no bytes (and no byte view)
+            digest.update(tensors[name].reshape(-1).view(torch.uint8).numpy())
     save_file(tensors, path, metadata={"smoothsk": text, "smoothsk_sha256": digest.hexdigest()})
     return path
 
@@ -139,6 +143,16 @@ class TestNothingInAFileRunsCode:
         with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter '{name}' must be "):
             load(evil)
 
+    @pytest.mark.parametrize("name", ["smoothsk.models.FlatMLP", "smoothsk.regions.RegionStore", "torch.optim.SGD"])
+    def test_only_components_are_built_from_the_file_s_values(self, name, flat_mlp_file, tmp_path):
+        """A class on the allow-list is called with the file's values only if it is a component (get_params)."""
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["sampler"] = {"class": name, "params": {"hidden": 10**9}}
+        evil = forge(tmp_path / "evil.safetensors", document, tensors)
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter sampler names {name} as a component, "
+                                             r"which it is not .*nothing was built"):
+            load(evil)
+
     def test_deeply_nested_json_is_refused_in_one_line(self, flat_mlp_file, tmp_path):
         document, tensors = read_file(flat_mlp_file)
         document["params"]["module__hidden"] = json.loads("[" * 50 + "]" * 50)
@@ -151,10 +165,123 @@ class TestNothingInAFileRunsCode:
         digest = hashlib.sha256(text.encode())
         for name in sorted(tensors):
             digest.update(np.ascontiguousarray(tensors[name]).tobytes())
-        save_file(tensors, tmp_path / "deep.safetensors", metadata={"smoothsk": text,
-                                                                     "smoothsk_sha256": digest.hexdigest()})
+        save_file({name: torch.as_tensor(array) for name, array in tensors.items()}, tmp_path / "deep.safetensors",
+                  metadata={"smoothsk": text, "smoothsk_sha256": digest.hexdigest()})
         with pytest.raises(ValueError, match=r"deep\.safetensors: "):
             load(tmp_path / "deep.safetensors")
+
+
+# ------------------------------------------------------------------ one clear error
+
+def _one_region(tensors, **values):
+    """``tensors`` with a region store of one region (a valid certificate, unless ``values`` replace some)."""
+    region = {"centres": np.zeros((1, 6), np.float32), "radii": np.array([0.5]), "sigmas": np.array([0.25]),
+              "predictions": np.array([1]), "p_lowers": np.array([0.9])}
+    return {**tensors, **{f"regions_.{name}": values.get(name, array) for name, array in region.items()}}
+
+
+class TestOneClearError:
+    """What a file holds that loading cannot use is refused by loading, in one ValueError naming the file."""
+
+    @pytest.mark.parametrize(("edit", "why"), [
+        (lambda text: text.replace('"module__hidden":8', '"module__hidden":' + "9" * 5000), "digits"),
+        (lambda text: text.replace('"sigma":0.25', '"sigma":' + str(10**30)), "64 bits"),
+    ])
+    def test_integers_beyond_64_bits_are_refused(self, edit, why, flat_mlp_file, tmp_path):
+        """Python's int() refuses over 4300 digits (a ValueError not naming the file); a shorter huge sigma passed
+        validation as a Real and raised OverflowError in certify."""
+        document, tensors = read_file(flat_mlp_file)
+        text = edit(json.dumps(document, sort_keys=True, separators=(",", ":")))
+        digest = hashlib.sha256(text.encode())
+        for name in sorted(tensors):
+            digest.update(np.ascontiguousarray(tensors[name]).tobytes())
+        path = tmp_path / "evil.safetensors"
+        save_file({name: torch.as_tensor(array) for name, array in tensors.items()}, path,
+                  metadata={"smoothsk": text, "smoothsk_sha256": digest.hexdigest()})
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: .*integers of at most 64 bits.*{why}") as refusal:
+            load(path)
+        assert "\n" not in str(refusal.value)
+
+    @pytest.mark.parametrize(("dtype", "values"), [("<i8", [2**63, 1]), ("|i1", [300, 1]), ("<u8", [-1, 1])])
+    def test_labels_out_of_their_dtype_s_range_are_refused(self, dtype, values, flat_mlp_file, tmp_path):
+        """numpy raised OverflowError putting them in their array."""
+        document, tensors = read_file(flat_mlp_file)
+        document["classes_"] = {"dtype": dtype, "values": values}
+        with pytest.raises(ValueError, match=r"evil\.safetensors: classes_ values .* do not fit their dtype"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+
+    @pytest.mark.parametrize(("edit", "cause"), [
+        (lambda document, tensors: tensors["sigma_search_.training_inputs"].__setitem__((0, 0), np.nan), "NaN"),
+        (lambda document, tensors: tensors["sigma_search_.training_inputs"].__setitem__((0, 0), np.inf), "infinity"),
+    ])
+    def test_a_fitted_sigma_function_s_refusal_names_the_file(self, edit, cause, flat_mlp_file, tmp_path):
+        """restore_fitted's own errors (here scikit-learn's, over several lines) become one naming the file."""
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["sigma_search"], document["sigma_search_"] = (
+            {"class": "smoothsk.sigma.SemiElasticSigma",
+             "params": {"base_sigma": 0.25, "k": 3, "offset": None, "r": 0.05}} for _ in range(2))
+        tensors = {**tensors, "sigma_search_.training_inputs": np.random.RandomState(0).rand(40, 6),
+                   "sigma_search_.offset": np.array(0.5)}
+        load(forge(tmp_path / "valid.safetensors", document, tensors))
+        edit(document, tensors)
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: .*{cause}") as refusal:
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+        assert "\n" not in str(refusal.value)
+
+    @pytest.mark.parametrize(("name", "value"), [("alpha_share", {"type": "smoothsk.models.FlatMLP"}), ("n", 10**18)])
+    def test_the_fitted_sigma_function_s_parameters_are_validated(self, name, value, flat_mlp_file, tmp_path):
+        """sigma_search_'s parameters, like sigma_search's: a class as alpha_share, 10**18 samples loaded."""
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["sigma_search"], document["sigma_search_"] = (
+            {"class": "smoothsk.sigma.CertifiedSigmaSelector", "params": {"levels": [0.25]}} for _ in range(2))
+        tensors = {**tensors, "sigma_search_.levels": np.array([0.25])}
+        load(forge(tmp_path / "valid.safetensors", document, tensors))
+        document["sigma_search_"]["params"][name] = value
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter 'sigma_search_' is invalid: .*'{name}'"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+
+    def test_a_refusal_over_several_lines_becomes_one(self, flat_mlp_file, tmp_path):
+        """CertifiedSigmaSelector's refusal of its levels shows them, a 2-d tensor over several lines."""
+        document, tensors = read_file(flat_mlp_file)
+        document["params"]["sigma_search"], document["sigma_search_"] = (
+            {"class": "smoothsk.sigma.CertifiedSigmaSelector", "params": {"levels": [0.25, 0.5]}} for _ in range(2))
+        tensors = {**tensors, "sigma_search_.levels": np.zeros((2, 2), np.float16)}
+        with pytest.raises(ValueError, match=r"evil\.safetensors: .*sigma_search_ levels must be") as refusal:
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+        assert "\n" not in str(refusal.value)
+
+    @pytest.mark.parametrize("name", ["train_sigmas_", "train_keys_", "regions_.radii"])
+    def test_arrays_in_dtypes_numpy_lacks_are_refused(self, name, flat_mlp_file, tmp_path):
+        """A bfloat16 array outside the module raised TypeError (numpy has no bfloat16)."""
+        document, tensors = read_file(flat_mlp_file)
+        tensors = {**tensors, name: torch.as_tensor(tensors[name].astype(np.float32)).to(torch.bfloat16)}
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: tensor '{name}' has dtype torch.bfloat16"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+
+    def test_train_keys_must_be_uint64_keys_of_the_train_sigmas(self, flat_mlp_file, tmp_path):
+        document, tensors = read_file(flat_mlp_file)
+        for keys in (np.zeros((2, 3), np.float32), np.zeros(3, np.uint64)):
+            with pytest.raises(ValueError, match=r"evil\.safetensors: train_keys_ must be a uint64 array of "
+                                                 r"train_sigmas_'s shape"):
+                load(forge(tmp_path / "evil.safetensors", document, {**tensors, "train_keys_": keys}))
+
+    @pytest.mark.parametrize(("name", "value"), [
+        ("predictions", np.array([7])), ("predictions", np.array([-2])), ("radii", np.array([np.nan])),
+        ("radii", np.array([-1.0])), ("sigmas", np.array([0.0])), ("sigmas", np.array([np.inf])),
+        ("p_lowers", np.array([1.5])), ("centres", np.full((1, 6), np.inf, np.float32)), ("n_calls", -1),
+    ])
+    def test_regions_hold_the_values_of_certificates(self, name, value, flat_mlp_file, tmp_path):
+        """A region predicting class 7 of 2 loaded, then MemoryAllocator's certify raised IndexError."""
+        document, tensors = read_file(flat_mlp_file)
+        load(forge(tmp_path / "valid.safetensors", document, _one_region(tensors)))
+        if name == "n_calls":
+            document["regions_"]["n_calls"] = value
+            tensors = _one_region(tensors)
+        else:
+            tensors = _one_region(tensors, **{name: value})
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: the region store's {name} hold values no "
+                                             "certificate has"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
 
 
 # ------------------------------------------------------------------ allocation
@@ -186,6 +313,30 @@ def _hostile_files(flat_mlp_file, folder):
                          .state_dict().items()}}
     resnet_tensors = {name: (np.zeros((0, 3072), np.float32) if name == "regions_.centres" else array)
                       for name, array in resnet_tensors.items()}
+
+    def lazy_probe(doc):  # the lazy layer is materialised on one input: input_shape_ alone sizes it (256 MiB)
+        doc["params"].update(module__hidden=0, certify_batch_size=1)
+        doc["input_shape_"] = [2**26]
+
+    lazy_tensors = {**tensors, "module_.layers.1.weight": np.zeros((0, 2**26), np.float32),
+                    "module_.layers.1.bias": np.zeros(0, np.float32),
+                    "module_.layers.3.weight": np.zeros((2, 0), np.float32),
+                    "regions_.centres": np.zeros((0, 2**26), np.float32)}
+
+    def selector_probe(doc):  # a selector (here the module's class) runs on one input of input_shape_ when built
+        resnet(1)(doc)
+        doc["params"]["certify_batch_size"] = 1
+        doc["input_shape_"] = [3, 4096, 4096]
+        doc["params"]["sigma_search"] = doc["sigma_search_"] = {
+            "class": "smoothsk.sigma.CertifiedSigmaSelector",
+            "params": {"alpha_share": 0.5, "fit_selector": True, "levels": [0.25, 0.5], "n": 10000, "n0": 100,
+                       "selector": None, "selector_epochs": None, "selector_objective": None, "selector_sigma": 0.25,
+                       "target_neighbors": None}}
+
+    selector_tensors = {**resnet_tensors, "regions_.centres": np.zeros((0, 3 * 4096 * 4096), np.float32),
+                        "sigma_search_.levels": np.array([0.25, 0.5]),
+                        **{f"sigma_search_.selector.{key}": value.numpy() for key, value in
+                           CifarResNet(n_classes=2, blocks=1, width=2).state_dict().items()}}
     return dict([
         variant("wide_labels", wide_labels),
         variant("hidden", lambda doc: doc["params"].update(module__hidden=10**9)),
@@ -194,20 +345,38 @@ def _hostile_files(flat_mlp_file, folder):
         variant("sampler_n", lambda doc: doc["params"].update(
             sampler={"class": "smoothsk.sampling.FixedSampler", "params": {"n": 10**18, "n0": 10}})),
         variant("batch", lambda doc: doc["params"].update(certify_batch_size=10**12)),
+        variant("lazy_probe", lazy_probe, lazy_tensors),
+        variant("selector_probe", selector_probe, selector_tensors),
+        variant("component", lambda doc: doc["params"].update(
+            sampler={"class": "smoothsk.models.FlatMLP", "params": {"hidden": 10**9}})),
     ])
 
 
 def test_small_files_cannot_make_loading_allocate(flat_mlp_file, tmp_path):
-    """Every file is under 20 KB and refused in one line, naming what it asks for, within the RSS bound."""
+    """Every file is under 40 KB (the selector's holds two ResNets) and refused in one line, naming what it asks
+    for, within the RSS bound."""
     files = _hostile_files(flat_mlp_file, tmp_path)
-    assert all(path.stat().st_size < 20_000 for path in files.values())
+    assert all(path.stat().st_size < 40_000 for path in files.values())
     results = dict(zip(files, refused_in_subprocess(files.values()), strict=True))
     expected = {"wide_labels": "classes_", "hidden": "module_", "blocks": "module_", "input_shape": "input_shape_",
-                "sampler_n": "sampler", "batch": "certify_batch_size"}
+                "sampler_n": "sampler", "batch": "certify_batch_size", "component": "sampler",
+                "lazy_probe": "module_", "selector_probe": "sigma_search_ selector"}
     for name, (error, message, growth) in results.items():
         assert error == "ValueError", f"{name}: {error}: {message[:300]}"
         assert "\n" not in message and f"{name}.safetensors" in message and expected[name] in message, message
         assert growth < RSS_GROWTH_LIMIT_MB, f"{name}: peak RSS grew by {growth:.0f} MB"
+
+
+def test_many_labels_cannot_widen_one_another(flat_mlp_file, tmp_path):
+    """A string dtype is as wide as the longest label, for every label: 5,000 labels and one of 50,000 characters
+    (a 90 KB file) asked for 1 GB."""
+    document, tensors = read_file(flat_mlp_file)
+    document["classes_"] = {"dtype": "<U50000", "values": ["x" * 50_000] + [str(i) for i in range(5000)]}
+    path = forge(tmp_path / "labels.safetensors", document, tensors)
+    assert path.stat().st_size < 100_000
+    ((error, message, growth),) = refused_in_subprocess([path])
+    assert error == "ValueError" and "labels.safetensors: classes_ of 5001 labels" in message, message[:300]
+    assert growth < RSS_GROWTH_LIMIT_MB, f"peak RSS grew by {growth:.0f} MB"
 
 
 # -------------------------------------------------------------- authentication
