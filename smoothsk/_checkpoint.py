@@ -440,7 +440,11 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
         if current == header["regions_done"]:
             pass  # this process kept the store of the last finished chunk
         elif current == header["regions_start"]:
-            recorded = type(store).from_arrays(regions, header["regions_attributes"])
+            try:
+                recorded = type(store).from_arrays(regions, header["regions_attributes"], store.centres.shape[1],
+                                                   n_classes)
+            except ValueError as exc:
+                raise _refuse(path, f"a checkpoint whose recorded regions are not a store's ({exc})") from None
             if recorded.digest() != header["regions_done"]:
                 raise _refuse(path, "a checkpoint whose recorded regions do not match its header")
             store = recorded

@@ -159,11 +159,10 @@ from ._digest import value_digest
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
 from ._validation import smoothing_components
 from ._version import __version__
-from .certificates import ABSTAIN
 from .regions import RegionStore
 
-__all__ = ["FORMAT_VERSION", "MAX_CLASSES_BYTES", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_NESTING",
-           "MIN_KEY_BYTES", "load_estimator", "save_estimator"]
+__all__ = ["FORMAT_VERSION", "MAX_CLASSES_BYTES", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_N_JOBS",
+           "MAX_NESTING", "MIN_KEY_BYTES", "load_estimator", "save_estimator"]
 
 #: Version of the file layout that saving writes and loading reads; any other is refused.
 FORMAT_VERSION = 3
@@ -178,6 +177,9 @@ MIN_KEY_BYTES = 16
 MAX_NESTING = 16
 MAX_INPUT_FEATURES = 2**26
 MAX_BATCH_BYTES = 2**30
+MAX_N_JOBS = 256
+#: The devices a model file may name (a device is also checked to exist, or a saved CUDA one falls back to the CPU).
+_FILE_DEVICES = ("cpu", "cuda", "mps")
 #: ``classes_``'s array: its labels times its dtype's width (a string dtype is as wide as its longest label).
 MAX_CLASSES_BYTES = 64 * 2**20
 
@@ -689,42 +691,12 @@ def _array(tensors, name, source):
 
 
 def _decode_regions(attributes, tensors, n_features, n_classes, source):
-    """The region store, its arrays checked against an empty store's names, dtypes and row shapes, and its values.
-
-    A region's values are those of a certificate: a finite centre, a radius
-    >= 0, a finite sigma > 0, the index of a class (or ``ABSTAIN``) and a
-    probability bound in [0, 1]; ``n_calls`` is >= 0.
-    """
-    template_arrays, template_attributes = RegionStore.empty(n_features).to_arrays()
-    saved = {name: _array(tensors, _REGIONS_PREFIX + name, source)
-             for name in _prefixed(tensors, _REGIONS_PREFIX)}
-    if set(saved) != set(template_arrays):
-        raise ValueError(f"{source}: the region arrays are {sorted(saved)}; expected {sorted(template_arrays)}.")
-    for name, template in template_arrays.items():
-        if saved[name].dtype != template.dtype or saved[name].shape[1:] != template.shape[1:]:
-            raise ValueError(f"{source}: region array {name!r} has dtype {saved[name].dtype} and shape "
-                             f"{saved[name].shape}; expected dtype {template.dtype} and shape "
-                             f"{('n_regions',) + template.shape[1:]}.")
-    if len({len(array) for array in saved.values()}) > 1:
-        raise ValueError(f"{source}: the region arrays have different numbers of rows "
-                         f"{ {name: len(array) for name, array in saved.items()} }.")
-    if not (isinstance(attributes, dict) and set(attributes) == set(template_attributes) and all(
-            template is None or type(attributes[name]) is type(template)
-            for name, template in template_attributes.items())):
-        raise ValueError(f"{source}: the region attributes {attributes!r} do not match "
-                         f"{ {name: type(value).__name__ for name, value in template_attributes.items()} }.")
-    invalid = [name for name, valid in [
-        ("centres", np.isfinite(saved["centres"]).all()),
-        ("radii", (saved["radii"] >= 0).all()),
-        ("sigmas", (np.isfinite(saved["sigmas"]) & (saved["sigmas"] > 0)).all()),
-        ("predictions", ((saved["predictions"] >= ABSTAIN) & (saved["predictions"] < n_classes)).all()),
-        ("p_lowers", ((saved["p_lowers"] >= 0) & (saved["p_lowers"] <= 1)).all()),
-        ("n_calls", attributes["n_calls"] >= 0)] if not valid]
-    if invalid:
-        raise ValueError(f"{source}: the region store's {', '.join(invalid)} hold values no certificate has (finite "
-                         "centres, radii >= 0, finite sigmas > 0, predictions ABSTAIN or a class index below "
-                         f"{n_classes}, p_lowers in [0, 1], n_calls >= 0).")
-    return RegionStore.from_arrays(saved, attributes)
+    """The region store, checked by :meth:`~smoothsk.regions.RegionStore.from_arrays` (names, shapes, values)."""
+    saved = {name: _array(tensors, _REGIONS_PREFIX + name, source) for name in _prefixed(tensors, _REGIONS_PREFIX)}
+    try:
+        return RegionStore.from_arrays(saved, attributes, n_features, n_classes)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
 
 
 def _decode_params(document, classes, module, source):
@@ -907,6 +879,12 @@ def _check_sizes(estimator, source):
                          f"{batch_bytes / 2**30:.3g} GiB of noisy inputs, over the {MAX_BATCH_BYTES // 2**30} GiB a "
                          "model file may ask for; save a smaller one and set yours after loading "
                          "(set_params(certify_batch_size=...)).")
+    if not (isinstance(estimator.device, str) and estimator.device.split(":")[0] in _FILE_DEVICES):
+        raise ValueError(f"{source}: device {estimator.device!r} is not one a model file may name "
+                         f"({', '.join(_FILE_DEVICES)}, with an index for cuda).")
+    if estimator.n_jobs is not None and not 1 <= abs(estimator.n_jobs) <= MAX_N_JOBS:
+        raise ValueError(f"{source}: n_jobs={estimator.n_jobs} asks for more workers than the {MAX_N_JOBS} a model "
+                         "file may (set yours after loading: set_params(n_jobs=...)).")
 
 
 def _validate(component, name, source):

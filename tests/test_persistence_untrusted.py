@@ -428,3 +428,17 @@ class TestKeyedFiles:
         clf = make_linear_classifier([1.0, -1.0])
         with pytest.raises((TypeError, ValueError), match=r"key must be"):
             clf.save(tmp_path / "model.safetensors", key=key)
+
+
+@pytest.mark.parametrize(("name", "value", "match"), [
+    ("device", None, "device None is not one a model file may name"),
+    ("device", "meta", "device 'meta' is not one a model file may name"),
+    ("n_jobs", 5000, "n_jobs=5000 asks for more workers than the 256"),
+])
+def test_settings_that_break_certify_or_spawn_threads_are_refused(name, value, match, flat_mlp_file, tmp_path):
+    """device None or 'meta' loaded and failed in certify; n_jobs=5000 started threads until it failed."""
+    document, tensors = read_file(flat_mlp_file)
+    document["params"][name] = value
+    evil = forge(tmp_path / "evil.safetensors", document, tensors)
+    with pytest.raises(ValueError, match=rf"evil\.safetensors: {match}"):
+        load(evil)

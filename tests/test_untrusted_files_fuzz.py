@@ -30,8 +30,6 @@ def test_mutated_model_files_load_alike_or_are_refused_in_one_line(tmp_path):
     assert small and max(small) < RSS_GROWTH_LIMIT_MB, max(small)
 
 
-@pytest.mark.xfail(strict=True, reason="smoothsk/_checkpoint.py takes a checkpoint's region store after checking its "
-                                       "dtypes, shapes and digest only (the digest has no secret); not fixed here")
 def test_a_checkpoint_cannot_give_the_estimator_regions_no_certificate_holds(tmp_path):
     """A forged checkpoint's regions predict class 7 of 2; resumed, a MemoryAllocator's certify raised IndexError."""
     bases = base_archives(tmp_path, base_models(tmp_path, names=("regions",))["regions"]["path"])

@@ -942,7 +942,7 @@ def redigested(items):
     arrays = {name.removeprefix("regions/").removesuffix(".npy"): np.load(io.BytesIO(data))
               for name, data in members.items() if name.startswith("regions/")}
     try:
-        header["regions_done"] = RegionStore.from_arrays(arrays, header["regions_attributes"]).digest()
+        header["regions_done"] = RegionStore(**arrays, **header["regions_attributes"]).digest()
     except (TypeError, ValueError, KeyError):
         return items
     members["header.npy"] = npy(np.frombuffer(json.dumps(header).encode(), np.uint8))

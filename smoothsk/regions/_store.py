@@ -9,6 +9,8 @@ import joblib
 import numpy as np
 import torch
 
+from ..certificates import ABSTAIN
+
 
 @dataclass
 class RegionStore:
@@ -134,8 +136,58 @@ class RegionStore:
                         "alpha": self.alpha, "autocast": self.autocast}
 
     @classmethod
-    def from_arrays(cls, arrays, attributes):
-        """The store that :meth:`to_arrays` described (arrays are used, not copied)."""
+    def from_arrays(cls, arrays, attributes, n_features, n_classes):
+        """The store that :meth:`to_arrays` described, read from a file: checked, then used (not copied).
+
+        The one check of a store from a file (a model file or a checkpoint),
+        whoever wrote it: the arrays' names, dtypes, row shapes and row counts
+        those of a store of ``n_features``-dimensional regions, the attributes'
+        names and types, and the values those of certificates (finite centres,
+        radii >= 0, finite sigmas > 0, predictions ``ABSTAIN`` or a class index
+        below ``n_classes``, probability bounds in [0, 1], ``n_calls >= 0``).
+
+        Parameters
+        ----------
+        arrays : dict of str to ndarray
+        attributes : dict
+        n_features, n_classes : int
+
+        Returns
+        -------
+        RegionStore
+
+        Raises
+        ------
+        ValueError
+            Saying what is wrong (the caller names the file).
+        """
+        template_arrays, template_attributes = cls.empty(n_features).to_arrays()
+        if set(arrays) != set(template_arrays):
+            raise ValueError(f"the region arrays are {sorted(arrays)}; expected {sorted(template_arrays)}.")
+        for name, template in template_arrays.items():
+            if arrays[name].dtype != template.dtype or arrays[name].shape[1:] != template.shape[1:]:
+                raise ValueError(f"region array {name!r} has dtype {arrays[name].dtype} and shape "
+                                 f"{arrays[name].shape}; expected dtype {template.dtype} and shape "
+                                 f"{('n_regions',) + template.shape[1:]}.")
+        if len({len(array) for array in arrays.values()}) > 1:
+            raise ValueError(f"the region arrays have different numbers of rows "
+                             f"{ {name: len(array) for name, array in arrays.items()} }.")
+        if not (isinstance(attributes, dict) and set(attributes) == set(template_attributes) and all(
+                template is None or type(attributes[name]) is type(template)
+                for name, template in template_attributes.items())):
+            raise ValueError(f"the region attributes {attributes!r} do not match "
+                             f"{ {name: type(value).__name__ for name, value in template_attributes.items()} }.")
+        invalid = [name for name, valid in [
+            ("centres", np.isfinite(arrays["centres"]).all()),
+            ("radii", (arrays["radii"] >= 0).all()),
+            ("sigmas", (np.isfinite(arrays["sigmas"]) & (arrays["sigmas"] > 0)).all()),
+            ("predictions", ((arrays["predictions"] >= ABSTAIN) & (arrays["predictions"] < n_classes)).all()),
+            ("p_lowers", ((arrays["p_lowers"] >= 0) & (arrays["p_lowers"] <= 1)).all()),
+            ("n_calls", attributes["n_calls"] >= 0)] if not valid]
+        if invalid:
+            raise ValueError(f"the region store's {', '.join(invalid)} hold values no certificate has (finite "
+                             "centres, radii >= 0, finite sigmas > 0, predictions ABSTAIN or a class index below "
+                             f"{n_classes}, p_lowers in [0, 1], n_calls >= 0).")
         return cls(**arrays, **attributes)
 
     def append(self, centres, radii, sigmas, predictions, p_lowers, rows=None):
