@@ -10,8 +10,8 @@ from numbers import Real
 
 import numpy as np
 import torch
-from smoothsk._constraints import HasMethods, Interval
 
+from smoothsk._constraints import HasMethods, Interval
 from smoothsk.statistics import certified_radius, clopper_pearson_lower
 from smoothsk.training import BaseTrainingSchedule, GaussianNoise
 

@@ -32,7 +32,6 @@ import time
 
 import numpy as np
 import torch
-from _common import quick_parser, table_header, table_row, timed
 from scipy import stats
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -41,6 +40,8 @@ from smoothsk.datasets import load_digits_images
 from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler
 from smoothsk.training import FixedSigmaTraining
+
+from _common import quick_parser, table_header, table_row, timed
 
 SIGMA = 0.25
 ALPHA = 0.001

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import quick_parser, table_header, table_row, timed
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.allocator import keep_freed_memory
@@ -42,6 +41,8 @@ from smoothsk.regions import NoRegions, OnlineBallAllocator
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma, GridSigmaSearch
 from smoothsk.training import FixedSigmaTraining
+
+from _common import quick_parser, table_header, table_row, timed
 
 #: Inputs per checkpointed chunk (a write after each).
 CHECKPOINT_EVERY = 100

@@ -21,7 +21,6 @@ and ``keep_freed_memory`` in a worker leaves that setting alone).
 import dask
 import joblib
 import numpy as np
-from _common import quick_parser, timed
 from distributed import Client, LocalCluster
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -30,6 +29,8 @@ from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import FixedSigmaTraining
+
+from _common import quick_parser, timed
 
 
 def limit_torch_threads():

@@ -29,7 +29,6 @@ import time
 
 import numpy as np
 import torch
-from _common import table_header, table_row
 from scipy import stats
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -37,6 +36,8 @@ from smoothsk.models import CifarResNet
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import FixedSigmaTraining
+
+from _common import table_header, table_row
 
 SIGMA = 0.25
 ALPHA = 0.001

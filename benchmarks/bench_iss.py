@@ -29,7 +29,6 @@ add ``--quick`` (``n_max`` = 10,000, fewer inputs; about a minute).
 
 import numpy as np
 import torch
-from _common import BinomialEngine, clopper_pearson_radius, quick_parser, table_header, table_row, timed
 from sklearn.model_selection import train_test_split
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -41,6 +40,8 @@ from smoothsk.sampling import FixedSampler, InputSpecificSampler
 from smoothsk.sampling._input_specific import _psi_map
 from smoothsk.statistics import certified_radius
 from smoothsk.training import FixedSigmaTraining
+
+from _common import BinomialEngine, clopper_pearson_radius, quick_parser, table_header, table_row, timed
 
 ALPHA = 0.001
 DECLINE = 0.05

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import quick_parser, table_header, table_row
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import load_mnist_protocol
@@ -34,6 +33,8 @@ from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.models import LeNet
 from smoothsk.sampling import FixedSampler
 from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, SmoothAdv
+
+from _common import quick_parser, table_header, table_row
 
 SIGMAS = (0.25, 0.5, 1.0)
 #: Radii of the published certified-accuracy columns (sigma 1.0).

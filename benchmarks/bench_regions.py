@@ -34,13 +34,14 @@ way to get all pairwise distances without an index.
 """
 
 import numpy as np
-from _common import quick_parser, table_header, table_row, timed
 from scipy.stats import norm
 
 from smoothsk.certificates import ABSTAIN
 from smoothsk.regions import OnlineBallAllocator, RegionStore, TransductiveLPAllocator
 from smoothsk.regions._geometry import PointSet, Projection, overlap_graph
 from smoothsk.sampling._base import SamplingResult
+
+from _common import quick_parser, table_header, table_row, timed
 
 DIM = 3072
 LATENT = 16

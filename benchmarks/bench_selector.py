@@ -62,10 +62,9 @@ import time
 
 import numpy as np
 import torch
-from _common import RADII, markdown_table, quick_parser, timed
-from skorch.callbacks import LRScheduler
 from sklearn.base import clone
 from sklearn.model_selection import StratifiedKFold, train_test_split
+from skorch.callbacks import LRScheduler
 from torch.optim.lr_scheduler import MultiStepLR
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -77,6 +76,8 @@ from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GridSigmaSearch, SemiElasticSigma, SigmaFitContext
 from smoothsk.statistics import certified_radius
 from smoothsk.training import FixedSigmaTraining, GaussianNoise, PretrainFinetune
+
+from _common import RADII, markdown_table, quick_parser, timed
 
 RADII = RADII[::2]  # 0, 0.5, ..., 2: the synthetic task's radii reach 2
 #: Noisy copies per input and batch in every row's training objective, GaussianNoise(COPIES): equal training

@@ -19,7 +19,6 @@ Usage: ``python benchmarks/bench_semi_elastic.py [--quick]``
 
 import numpy as np
 import torch
-from _common import RADII, UniformSigmaTraining, quick_parser, table_header, table_row, timed
 from sklearn.model_selection import train_test_split
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -28,6 +27,8 @@ from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma, SemiElasticSigma
+
+from _common import RADII, UniformSigmaTraining, quick_parser, table_header, table_row, timed
 
 RADII = RADII[RADII <= 1.0]
 

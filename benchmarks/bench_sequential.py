@@ -36,7 +36,6 @@ every seed of the simulation (the pA draws and the binomial streams; the digits 
 import numpy as np
 import torch
 from scipy import stats
-from _common import BinomialEngine, clopper_pearson_radius, quick_parser, table_header, table_row, timed
 from sklearn.model_selection import train_test_split
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -47,6 +46,8 @@ from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSamp
 from smoothsk.sampling._spending import PriorSpending
 from smoothsk.statistics import certified_radius, clopper_pearson_lower
 from smoothsk.training import FixedSigmaTraining
+
+from _common import BinomialEngine, clopper_pearson_radius, quick_parser, table_header, table_row, timed
 
 ALPHA = 0.001
 DECLINE = 0.05

@@ -20,7 +20,6 @@ Usage: ``python benchmarks/bench_sigma.py [--quick]``
 
 import numpy as np
 import torch
-from _common import RADII, UniformSigmaTraining, markdown_table, quick_parser, timed
 from sklearn.model_selection import train_test_split
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -30,6 +29,8 @@ from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
 from smoothsk.training import GaussianNoise
+
+from _common import RADII, UniformSigmaTraining, markdown_table, quick_parser, timed
 
 RADII = RADII[RADII <= 1.0]
 GRID = "Grid (PFAT defaults: 0.15:0.05:1.0, 18 points)"

@@ -21,7 +21,6 @@ Times are wall-clock seconds on this machine; compare them as ratios.
 
 import numpy as np
 import torch
-from _common import RADII, quick_parser, table_header, table_row, timed
 from sklearn.model_selection import train_test_split
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -31,6 +30,8 @@ from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler
 from smoothsk.training import FixedSigmaTraining
+
+from _common import RADII, quick_parser, table_header, table_row, timed
 
 RADII = RADII[RADII <= 1.5]
 #: Monte Carlo samples of PFAT's assignment and of the test-time searches in ``--quick`` mode.

@@ -1,6 +1,7 @@
 """What every interchangeable component (sigma search, sampler, allocator, schedule) shares."""
 
 from sklearn.base import BaseEstimator, clone
+
 from ._constraints import validate_parameter_constraints
 
 

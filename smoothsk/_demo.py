@@ -22,8 +22,7 @@ from tqdm.auto import tqdm
 from . import SampleWiseSmoothedClassifier
 from ._presets import PRESETS, SELECTOR_ALPHA_SHARE, TRAINING_SETTINGS
 from ._validation import smoothing_components
-from .certificates import (OWN_SIGMA_GUARANTEE, REGION_GUARANTEE, SAMPLE_WISE_GUARANTEES,
-                           is_fixed_sigma_guarantee)
+from .certificates import OWN_SIGMA_GUARANTEE, REGION_GUARANTEE, SAMPLE_WISE_GUARANTEES, is_fixed_sigma_guarantee
 from .datasets import load_digits_images, make_heterogeneous_margins
 from .metrics import average_certified_radius, certified_accuracy_curve
 from .models import DigitsCNN, FlatMLP

@@ -87,7 +87,8 @@ def certify_in_parallel(certify_chunk, X, n_jobs, progress=None):
     bounds = np.linspace(0, len(X), n_chunks(len(X), n_jobs) + 1).round().astype(int)
     parts = []
     results = Parallel(n_jobs=n_jobs, prefer="threads", return_as="generator")(
-        delayed(certify_chunk)(X[begin:end]) for begin, end in zip(bounds[:-1], bounds[1:]) if end > begin)
+        delayed(certify_chunk)(X[begin:end])
+        for begin, end in zip(bounds[:-1], bounds[1:], strict=True) if end > begin)
     for part in results:
         parts.append(part)
         if progress is not None:

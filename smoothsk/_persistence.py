@@ -154,7 +154,9 @@ from torch.utils.hooks import RemovableHandle
 
 from . import models, regions, sampling, sigma, training
 from ._atomic import atomic_file, unwritable_reason
-from ._codec import encode, plain as _plain, refuse as _refuse
+from ._codec import encode
+from ._codec import plain as _plain
+from ._codec import refuse as _refuse
 from ._digest import value_digest
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
 from ._validation import smoothing_components

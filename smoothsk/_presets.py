@@ -12,8 +12,15 @@ from sklearn.base import clone
 
 from .models import CifarResNet, DigitsCNN, FlatMLP, LeNet
 from .sigma import CertifiedSigmaSelector, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
-from .training import (DataDependentTraining, FixedSigmaTraining, GaussianNoise, InstaRSTrain, Macer,
-                       PretrainFinetune, SmoothAdv)
+from .training import (
+    DataDependentTraining,
+    FixedSigmaTraining,
+    GaussianNoise,
+    InstaRSTrain,
+    Macer,
+    PretrainFinetune,
+    SmoothAdv,
+)
 
 #: Optimiser settings every preset trains with (SGD with momentum, as in the papers).
 TRAINING_SETTINGS = {"lr": 0.05, "optimizer__momentum": 0.9, "batch_size": 64}

@@ -8,11 +8,11 @@ import torch
 from sklearn.exceptions import DataConversionWarning
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_array
-from ._constraints import HasMethods, Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import _params
+from ._constraints import HasMethods, Interval, StrOptions, validate_parameter_constraints
 from ._modes import evaluating
 from ._training_steps import check_iterator_options
 from .certificates import ABSTAIN

@@ -554,7 +554,8 @@ class MonteCarloEngine:
             batch_noise = noise[:batch_end - batch_start]
             source.fill_segments(batch_noise, [
                 (input_id, begin, end)
-                for input_id, begin, end in zip(input_ids[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist())
+                for input_id, begin, end in zip(input_ids[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist(),
+                                                strict=True)
                 if end > begin])
             if hi - lo == 1:
                 slot = torch.zeros((), dtype=torch.int64, device=self.device)

@@ -1,7 +1,6 @@
 """Test doubles and checks shared by the region tests (``tests/test_regions_*.py``)."""
 
 import numpy as np
-from conftest import LinearLogits
 from scipy.spatial.distance import cdist
 from scipy.stats import norm
 
@@ -10,6 +9,8 @@ from smoothsk.regions import MemoryAllocator, NoRegions, OnlineBallAllocator, Tr
 from smoothsk.sampling import FixedSampler
 from smoothsk.sampling._base import SamplingResult
 from smoothsk.sigma._base import BaseSigmaSearch, SigmaSearchResult
+
+from conftest import LinearLogits
 
 #: The orders of :class:`~smoothsk.regions.OnlineBallAllocator`.
 ORDERS = ("given", "ascending", "descending")
@@ -28,7 +29,8 @@ class Oracle:
 
     def __init__(self, radius, label, offset=0):
         self.radius = radius if callable(radius) else (lambda rows, sigma: radius[rows])
-        self.label = label if callable(label) else (lambda rows, sigma, label=np.asarray(label): label[rows])
+        labels = None if callable(label) else np.asarray(label)
+        self.label = label if callable(label) else (lambda rows, sigma: labels[rows])
         self.offset = offset
         self.calls = []
 

@@ -1,18 +1,16 @@
 """Resumable certification (``certify(checkpoint=...)``): resume, refusal, regions, file safety."""
 
 import copy
-from collections import OrderedDict
 import json
 import os
 import re
+from collections import OrderedDict
 
 import joblib
 import numpy as np
 import pytest
 import torch
 
-from conftest import LinearLogits, SlabLogits, forbid
-from npz_support import npy_bytes, write_npz
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification
 from smoothsk._checkpoint import parameters_digest
 from smoothsk.regions import MemoryAllocator, OnlineBallAllocator, TransductiveLPAllocator
@@ -20,6 +18,9 @@ from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSamp
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, MultiStartFGSS, SemiElasticSigma
 from smoothsk.statistics import certified_radius, clopper_pearson_lower
 from smoothsk.training import FixedSigmaTraining
+
+from conftest import LinearLogits, SlabLogits, forbid
+from npz_support import npy_bytes, write_npz
 
 WEIGHT, BIAS = (1.0, -2.0), 0.1
 
@@ -106,7 +107,7 @@ class TestResume:
         resumed = clf.certify(X, return_details=True, checkpoint=path, checkpoint_every=10)
         assert InterruptingSampler.calls == [10, 5]  # the finished first chunk is not redone
         assert not path.exists()
-        for before, after in zip(expected[:2], resumed[:2]):
+        for before, after in zip(expected[:2], resumed[:2], strict=True):
             np.testing.assert_array_equal(after, before)
         np.testing.assert_array_equal(resumed[2].p_lower, expected[2].p_lower)
 

@@ -5,8 +5,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import forbid
-from npz_support import npy_bytes, write_npz
 
 from smoothsk import SampleWiseSmoothedClassifier, _certification
 from smoothsk.cli import build_parser, main
@@ -15,6 +13,9 @@ from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import FixedSigmaTraining
+
+from conftest import forbid
+from npz_support import npy_bytes, write_npz
 
 
 def test_unknown_command_is_refused():

@@ -11,8 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from smoothsk.datasets import (load_cifar10, load_digits_images, load_mnist, load_mnist_protocol,
-                               make_heterogeneous_margins)
+from smoothsk.datasets import (
+    load_cifar10,
+    load_digits_images,
+    load_mnist,
+    load_mnist_protocol,
+    make_heterogeneous_margins,
+)
 
 
 def write_idx(path, array, compress=False):
@@ -304,7 +309,7 @@ class TestCifar10:
         assert result.returncode == 0, f"the loader died (return code {result.returncode}): {result.stdout}"
         lines = result.stdout.splitlines()
         assert len(lines) == len(cases), result.stdout
-        for line, (folder, (_, _, match)) in zip(lines, cases.items()):
+        for line, (folder, (_, _, match)) in zip(lines, cases.items(), strict=True):
             assert re.match(f"{folder}: refused: .*{match}", line), line
 
 

@@ -6,7 +6,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import forbid
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk._demo import GUARANTEES, QUICK, guarantee_words, radius_cap, resolve_settings, run_demo
@@ -15,6 +14,8 @@ from smoothsk.cli import build_parser, main
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import FixedSigmaTraining
+
+from conftest import forbid
 
 #: --quick, shrunk further for the suite (same code path: only the sizes differ).
 TINY = ["--quick", "--epochs", "1", "--n", "40", "--n0", "10", "--search-n", "40", "--test-size", "0.03",
@@ -39,7 +40,7 @@ def quick_demo(tmp_path_factory):
 def test_every_preset_gets_a_row_with_finite_numbers_and_its_guarantee(quick_demo):
     rows, _ = quick_demo
     assert [row.name for row in rows] == [preset.name for preset in PRESETS.values()]
-    for preset_id, row in zip(PRESETS, rows):
+    for preset_id, row in zip(PRESETS, rows, strict=True):
         assert guarantee_words(row.guarantee) == EXPECTED_GUARANTEE[preset_id], preset_id
         numbers = [*row.curve((0.0, 0.25, 0.5)), row.acr, row.samples, row.train_seconds, row.certify_seconds]
         assert np.all(np.isfinite(numbers)), preset_id

@@ -93,7 +93,7 @@ class TestDistribution:
         assert chi_square_statistic(loop, probabilities) < critical  # the test accepts the reference
         assert chi_square_statistic(counts, probabilities) < critical
         # Engine and reference loop are samples of the same law (homogeneity, 12 dof).
-        homogeneity = sum(stats.chi2_contingency(np.stack([c, r]) + 0.0)[0] for c, r in zip(counts, loop))
+        homogeneity = sum(stats.chi2_contingency(np.stack([c, r]) + 0.0)[0] for c, r in zip(counts, loop, strict=True))
         assert homogeneity < critical
 
     def test_swapped_sigmas_are_detected(self, inputs):
@@ -112,7 +112,7 @@ class TestDistribution:
         sigma = np.array([0.25, 2.0])
         MonteCarloEngine(recorder, 3, batch_size=300, root_seed=0).class_counts(X, sigma, 512, (1,))
         noisy = torch.cat(recorder.batches).double()
-        for i, (rows, s) in enumerate(zip((noisy[:512], noisy[512:]), sigma)):
+        for i, (rows, s) in enumerate(zip((noisy[:512], noisy[512:]), sigma, strict=True)):
             noise = (rows - X[i].double()).flatten().numpy() / s
             m = noise.size
             z = stats.norm.ppf(1 - 1e-6 / 2)
@@ -464,7 +464,7 @@ def test_cpu_noise_blocks_whose_seeds_agree_in_32_bits_differ():
     first, second = seen[low], block
     source = _NoiseSource(key, (4,), torch.float32, torch.device("cpu"))
     noise = torch.empty(2, NOISE_BLOCK, 4)
-    for out, chosen in zip(noise, (first, second)):
+    for out, chosen in zip(noise, (first, second), strict=True):
         source.fill_segments(out, [(0, chosen * NOISE_BLOCK, (chosen + 1) * NOISE_BLOCK)])
     assert not torch.equal(noise[0], noise[1])
 

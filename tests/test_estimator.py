@@ -10,9 +10,7 @@ import joblib
 import numpy as np
 import pytest
 import torch
-from conftest import LevelSelectorLogits, LinearLogits, SlabLogits, tiny_digits_classifier
 from scipy import stats
-from training_support import digits_net, training_digits
 from sklearn.base import clone
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.model_selection import GridSearchCV
@@ -24,6 +22,9 @@ from smoothsk.models import DigitsCNN, FlatMLP
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GridSigmaSearch
 from smoothsk.training import FixedSigmaTraining, GaussianNoise, PretrainFinetune
+
+from conftest import LevelSelectorLogits, LinearLogits, SlabLogits, tiny_digits_classifier
+from training_support import digits_net, training_digits
 
 #: Error probability of each statistical check below (a binomial or chi-square quantile).
 CHECK_LEVEL = 1e-6
@@ -252,7 +253,7 @@ class TestUsedByFlows:
         loaded = joblib.load(tmp_path / "clf.joblib")
         expected = fitted_digits_cnn.certify(X_test, return_details=True)
         got = loaded.certify(X_test, return_details=True)
-        for before, after in zip(expected[:2], got[:2]):
+        for before, after in zip(expected[:2], got[:2], strict=True):
             np.testing.assert_array_equal(after, before)
         np.testing.assert_array_equal(got[2].p_lower, expected[2].p_lower)
         np.testing.assert_array_equal(loaded.predict(X_test), fitted_digits_cnn.predict(X_test))
@@ -284,7 +285,7 @@ class TestUsedByFlows:
         clf.set_params(sampler__n=200)
         prediction = clf.predict(X[keep][200:260])
         assert {"one", "two", "three"} & set(prediction) and set(prediction) <= {"one", "two", "three", ABSTAIN}
-        expected = np.mean([p == t for p, t in zip(prediction, names[200:260])])
+        expected = np.mean([p == t for p, t in zip(prediction, names[200:260], strict=True)])
         assert clf.score(X[keep][200:260], names[200:260]) == pytest.approx(expected)
 
     @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])

@@ -4,10 +4,11 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import forbid
-from npz_support import npy_bytes, write_npz
 
 from smoothsk._npz import MAX_COMPRESSION_RATIO, SMALL_MEMBER_BYTES, NpzArchive
+
+from conftest import forbid
+from npz_support import npy_bytes, write_npz
 
 
 def read_all(path, max_bytes=None):

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
-from smoothsk._constraints import InvalidParameterError
-from training_support import digits_net, training_digits
 
-from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, SmoothAdv
+from smoothsk._constraints import InvalidParameterError
 from smoothsk.objectives._base import gaussian_copies
+from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, SmoothAdv
+
+from training_support import digits_net, training_digits
 
 
 class FakeNet:

@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from training_support import training_digits
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk._constraints import InvalidParameterError
@@ -14,6 +13,8 @@ from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import GridSigmaSearch
 from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, PretrainFinetune, SmoothAdv
+
+from training_support import training_digits
 
 
 class FakeNet:

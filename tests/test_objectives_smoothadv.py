@@ -1,9 +1,10 @@
 """SmoothAdv: the PGD attack on the soft smoothed classifier and its radius."""
 
 import torch
-from training_support import ModeRecorder, digits_net, training_digits
 
 from smoothsk.training import FixedSigmaTraining, SmoothAdv
+
+from training_support import ModeRecorder, digits_net, training_digits
 
 
 def test_smoothadv_stays_within_epsilon_and_increases_loss():
@@ -22,7 +23,7 @@ def test_smoothadv_stays_within_epsilon_and_increases_loss():
         # The last step ends on the sphere unless the gradient vanished.
         assert torch.mean((distance >= 0.99 * epsilon).float()) > 0.9
 
-        def soft_loss(inputs):
+        def soft_loss(inputs, noise=noise):
             with torch.no_grad():
                 logits = net.module_(inputs.repeat(2, 1, 1, 1) + noise)
             probabilities = torch.softmax(logits, dim=1).view(2, 60, -1).mean(dim=0)

@@ -6,13 +6,14 @@ import importlib.util
 import joblib
 import numpy as np
 import pytest
-from conftest import SEARCH_WEIGHT
 from sklearn.base import clone
 
 from smoothsk import _certification
 from smoothsk.certificates import Certificates
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sigma import MultiStartFGSS
+
+from conftest import SEARCH_WEIGHT
 
 FIELDS = ("prediction", "radius", "sigma", "p_lower", "n_samples", "search_steps", "region")
 

@@ -11,21 +11,21 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.numpy import save_file
+from sklearn.exceptions import NotFittedError
 from skorch.callbacks import EpochTimer
 from skorch.exceptions import DeviceWarning
-from sklearn.exceptions import NotFittedError
 from torch import nn
 
-from conftest import LinearLogits
-
-from smoothsk import _persistence as persistence
 from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk import _persistence as persistence
 from smoothsk.datasets import make_heterogeneous_margins
 from smoothsk.models import DigitsCNN, FlatMLP
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, SemiElasticSigma
 from smoothsk.training import GaussianNoise, PretrainFinetune
+
+from conftest import LinearLogits
 
 load = SampleWiseSmoothedClassifier.load
 

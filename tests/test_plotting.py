@@ -34,7 +34,7 @@ class TestPlotCertifiedAccuracy:
         assert isinstance(ax, matplotlib.axes.Axes)
         lines = ax.get_lines()
         assert [line.get_label() for line in lines] == ["a", "b"]
-        for line, (y, prediction, radius) in zip(lines, results.values()):
+        for line, (y, prediction, radius) in zip(lines, results.values(), strict=True):
             np.testing.assert_array_equal(line.get_xdata(), radii)
             np.testing.assert_array_equal(line.get_ydata(), certified_accuracy_curve(y, prediction, radius, radii))
 

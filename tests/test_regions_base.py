@@ -5,13 +5,14 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from regions_support import ALLOCATORS, FirstCoordinateSigma, assert_disjoint, linear_estimator
 from scipy import stats
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk.regions import MemoryAllocator, NoRegions, OnlineBallAllocator
 from smoothsk.regions._base import certificates_from_sampling
 from smoothsk.sampling import FixedSampler, SamplingResult
+
+from regions_support import ALLOCATORS, FirstCoordinateSigma, assert_disjoint, linear_estimator
 
 
 class TestCertificatesFromSampling:

@@ -220,7 +220,7 @@ def test_a_failed_certify_leaves_the_store_as_it_was(allocator, make_linear_clas
         clf.certify(X[1])
     assert clf.regions_.digest() == before
     monkeypatch.setattr(MonteCarloEngine, "class_counts", original)
-    for found, wanted in zip(clf.certify(X[1]), expected):
+    for found, wanted in zip(clf.certify(X[1]), expected, strict=True):
         np.testing.assert_array_equal(found, wanted)
 
 

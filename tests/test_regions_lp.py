@@ -4,12 +4,13 @@ import itertools
 
 import numpy as np
 import pytest
-from regions_support import ORDERS, Oracle, assert_disjoint, assert_inside_regions, crowded_cloud, pairwise
 from scipy.optimize import linprog
 
 from smoothsk.regions import OnlineBallAllocator, RegionStore, TransductiveLPAllocator
 from smoothsk.regions._layout import MARGIN
 from smoothsk.regions._lp import max_radii_lp
+
+from regions_support import ORDERS, Oracle, assert_disjoint, assert_inside_regions, crowded_cloud, pairwise
 
 
 def brute_force_lp(distance, upper):

@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-from regions_support import Oracle, assert_disjoint, crowded_cloud
 from scipy.spatial.distance import cdist
 from scipy.stats import binom, norm
 
 from smoothsk import ABSTAIN
 from smoothsk.regions import MemoryAllocator, RegionStore
+
+from regions_support import Oracle, assert_disjoint, crowded_cloud
 
 
 class TestMemoryAllocator:

@@ -39,7 +39,7 @@ class TestNoRegions:
         together = clf.certify(X, return_details=True)
         for k in (3, 0, 2, 1):
             alone = clf.certify(X[k:k + 1], return_details=True)
-            for expected, got in zip(together[:2], alone[:2]):
+            for expected, got in zip(together[:2], alone[:2], strict=True):
                 np.testing.assert_array_equal(got, expected[k:k + 1])
             np.testing.assert_array_equal(alone[2].p_lower, together[2].p_lower[k:k + 1])
         assert len(clf.regions_) == 0 and clf.regions_.n_calls == 0

@@ -4,13 +4,14 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import LinearLogits
-from regions_support import ORDERS, FirstCoordinateSigma, Oracle, assert_disjoint, assert_inside_regions, crowded_cloud
 from scipy.stats import binom, norm
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.regions import OnlineBallAllocator, RegionStore
 from smoothsk.sampling import FixedSampler
+
+from conftest import LinearLogits
+from regions_support import ORDERS, FirstCoordinateSigma, Oracle, assert_disjoint, assert_inside_regions, crowded_cloud
 
 
 class TestOnlineBallAllocator:

@@ -6,9 +6,10 @@ Which weights, allocator and alpha a store belongs to is tested in ``test_region
 import joblib
 import numpy as np
 import pytest
-from regions_support import ALLOCATORS, Oracle, linear_estimator
 
 from smoothsk.regions import RegionStore
+
+from regions_support import ALLOCATORS, Oracle, linear_estimator
 
 
 class TestRegionStore:

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from sampling_support import ScriptedEngine
 
 from smoothsk import ABSTAIN
 from smoothsk.sampling import BaseTwoStageSampler
 from smoothsk.statistics import clopper_pearson_lower
+
+from sampling_support import ScriptedEngine
 
 
 class _ListedSizes(BaseTwoStageSampler):

@@ -3,13 +3,14 @@
 import numpy as np
 import pytest
 import torch
-from sampling_support import ScriptedEngine
 from scipy import stats
 
 from smoothsk import ABSTAIN
 from smoothsk._constraints import InvalidParameterError
 from smoothsk.sampling import FixedSampler, SamplingResult
 from smoothsk.statistics import certified_radius, clopper_pearson_lower
+
+from sampling_support import ScriptedEngine
 
 
 class TestFixedSampler:

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from sampling_support import BinomialEngine, ScriptedEngine
 from scipy import stats
 
 from smoothsk import ABSTAIN
 from smoothsk.sampling import InputSpecificSampler
+
+from sampling_support import BinomialEngine, ScriptedEngine
 
 
 def _iss_radius(k, p, sigma, alpha):

@@ -5,13 +5,14 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from sampling_support import BinomialEngine
 from scipy import stats
 
 from smoothsk import ABSTAIN
 from smoothsk._constraints import InvalidParameterError
 from smoothsk.sampling import SequentialSampler
 from smoothsk.sampling._confidence_sequences import look_sizes
+
+from sampling_support import BinomialEngine
 
 ERROR_PROBABILITY = 1e-6
 

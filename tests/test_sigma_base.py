@@ -3,14 +3,15 @@
 import numpy as np
 import pytest
 import torch
-from conftest import SEARCH_WEIGHT, LinearLogits, StageSpy, linear_engine
 from scipy import stats
 from sklearn.exceptions import NotFittedError
 
 from smoothsk import ABSTAIN
+from smoothsk._stages import SEARCH_STAGE
 from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
 from smoothsk.sigma._base import BaseSigmaSearch, SigmaSearchResult
-from smoothsk._stages import SEARCH_STAGE
+
+from conftest import SEARCH_WEIGHT, LinearLogits, StageSpy, linear_engine
 
 SEARCHES = [
     GridSigmaSearch(),

@@ -5,11 +5,12 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import SEARCH_WEIGHT, LinearLogits, StageSpy, linear_engine
 from scipy import stats
 
-from smoothsk.sigma import GridSigmaSearch, MultiStartFGSS
 from smoothsk._stages import SEARCH_STAGE
+from smoothsk.sigma import GridSigmaSearch, MultiStartFGSS
+
+from conftest import SEARCH_WEIGHT, LinearLogits, StageSpy, linear_engine
 
 
 class CurveEngine:
@@ -80,7 +81,7 @@ class TestMultiStartFGSS:
         curves = rng.uniform(0.05, 1.0, size=(50, 16))  # positive radii with many local maxima
         engine = CurveEngine(curves, sigma0=0.25)
         result = MultiStartFGSS().search(engine, torch.zeros((50, 1)))
-        evaluated = [(row, sigma) for rows, sigmas in engine.calls for row, sigma in zip(rows, sigmas)]
+        evaluated = [(row, sigma) for rows, sigmas in engine.calls for row, sigma in zip(rows, sigmas, strict=True)]
         assert len(evaluated) == len(set(evaluated)) == result.steps.sum()  # each level once per input
         assert all(len(np.unique(sigmas)) == 1 for _, sigmas in engine.calls)
         assert len(engine.calls) <= 2 * 16  # one call per move, not per input

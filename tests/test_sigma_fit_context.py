@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 import torch
-from conftest import LinearLogits
 
-from smoothsk import SampleWiseSmoothedClassifier
-from smoothsk import _stages
+from smoothsk import SampleWiseSmoothedClassifier, _stages
 from smoothsk.models import FlatMLP
 from smoothsk.sigma import SigmaFitContext
 from smoothsk.training import DataDependentTraining, PretrainFinetune
+
+from conftest import LinearLogits
 
 SALTS = [value for name, value in vars(_stages).items() if name.endswith("_SALT")]
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from smoothsk._constraints import InvalidParameterError
 
+from smoothsk._constraints import InvalidParameterError
 from smoothsk.sigma import FixedSigma, SigmaSearchResult
 
 

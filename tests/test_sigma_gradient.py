@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 import torch
-from conftest import linear_engine
 from scipy import stats
 
 from smoothsk.sigma import GradientSigmaSearch, SigmaSearchResult
+
+from conftest import linear_engine
 
 
 def soft_objective(engine, X, sigma, n=4000, stage=(5,)):

@@ -5,10 +5,11 @@ import functools
 import numpy as np
 import pytest
 import torch
-from conftest import SEARCH_WEIGHT, linear_engine
 
 from smoothsk.metrics import average_certified_radius
 from smoothsk.sigma import FixedSigma, GridSigmaSearch
+
+from conftest import SEARCH_WEIGHT, linear_engine
 
 
 class TestGridSigmaSearch:

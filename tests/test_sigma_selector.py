@@ -23,8 +23,14 @@ from smoothsk.models import FlatMLP
 from smoothsk.regions import MemoryAllocator, NoRegions, OnlineBallAllocator, TransductiveLPAllocator
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import BaseSigmaSearch, CertifiedSigmaSelector, GridSigmaSearch, SigmaFitContext, SigmaSearchResult
-from smoothsk.training import BaseObjective, DataDependentTraining, FixedSigmaTraining, GaussianNoise, Macer, \
-    PretrainFinetune
+from smoothsk.training import (
+    BaseObjective,
+    DataDependentTraining,
+    FixedSigmaTraining,
+    GaussianNoise,
+    Macer,
+    PretrainFinetune,
+)
 
 from conftest import LevelSelectorLogits, SlabLogits, slab_probability
 

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import SlabLogits, slab_probability
 from scipy import integrate, optimize, stats
 from sklearn.base import clone
 
@@ -18,6 +17,8 @@ from smoothsk.sigma import SemiElasticSigma, semi_elastic_radius
 from smoothsk.sigma._semi_elastic import SIGMA_RANGE
 from smoothsk.statistics import certified_radius
 from smoothsk.training import FixedSigmaTraining
+
+from conftest import SlabLogits, slab_probability
 
 #: Bisection precision of semi_elastic_radius (its default rtol), relative to Cohen's radius.
 RTOL = 1e-5
@@ -221,7 +222,7 @@ def _count_contradicted(function, X, prediction, radius):
     directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
     fractions = np.concatenate([np.arange(1, 8) / 8, [1 - 2.0 ** -30]])  # the last circle: just inside the open disc
     contradicted = 0
-    for x, label, r in zip(X.astype(np.float64), prediction, radius):
+    for x, label, r in zip(X.astype(np.float64), prediction, radius, strict=True):
         if label == ABSTAIN or r <= 0:
             continue
         points = np.concatenate([x[None], (x + (r * fractions)[:, None, None] * directions).reshape(-1, 2)])

@@ -227,7 +227,7 @@ class TestBinomialAbstains:
         total = rng.integers(1, 400, size=400)
         top = rng.integers(0, total + 1)
         second = total - top
-        expected_p = np.array([stats.binomtest(int(k), int(n), 0.5).pvalue for k, n in zip(top, total)])
+        expected_p = np.array([stats.binomtest(int(k), int(n), 0.5).pvalue for k, n in zip(top, total, strict=True)])
         for alpha in (0.001, 0.01, 0.05, 0.3):
             np.testing.assert_array_equal(binomial_abstains(top, second, alpha), expected_p > alpha)
 

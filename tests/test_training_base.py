@@ -7,7 +7,6 @@ import pytest
 import torch
 from sklearn.base import clone
 from skorch.callbacks import Callback
-from training_support import ObjectiveRecorder, StopAfter, digits_net, training_digits
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import load_digits_images
@@ -26,6 +25,7 @@ from smoothsk.training import (
     Stage,
 )
 
+from training_support import ObjectiveRecorder, StopAfter, digits_net, training_digits
 
 #: Every schedule with its default objective, trained 2 epochs (``max_epochs``), and the stage of each epoch.
 SCHEDULE_STAGES = [

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
-from training_support import SigmaRecorder, digits_net, training_digits
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.models import FlatMLP
 from smoothsk.training import DataDependentTraining
+
+from training_support import SigmaRecorder, digits_net, training_digits
 
 
 def test_data_dependent_sigmas_warm_start():

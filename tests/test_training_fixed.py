@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
-from smoothsk._constraints import InvalidParameterError
 
 from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk._constraints import InvalidParameterError
 from smoothsk._params import Components
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler

@@ -6,10 +6,11 @@ import numpy as np
 import torch
 from sklearn.base import clone
 from torch import nn
-from training_support import ObjectiveRecorder, SigmaRecorder, StopAfter, digits_net, training_digits
 
 from smoothsk.sigma import MultiStartFGSS
 from smoothsk.training import GaussianNoise, InstaRSTrain, SmoothAdv
+
+from training_support import ObjectiveRecorder, SigmaRecorder, StopAfter, digits_net, training_digits
 
 
 def test_instars_rule_moves_one_level():

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from training_support import digits_net, training_digits
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.sigma import GridSigmaSearch
@@ -14,6 +13,8 @@ from smoothsk.training import (
     PretrainFinetune,
 )
 from smoothsk.training._per_sample import matched_rows
+
+from training_support import digits_net, training_digits
 
 
 class FailingOnce(GridSigmaSearch):

@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 from scipy import stats
-from training_support import SigmaRecorder, digits_net, training_digits
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.models import FlatMLP
 from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GridSigmaSearch, SemiElasticSigma
 from smoothsk.training import GaussianNoise, PretrainFinetune
+
+from training_support import SigmaRecorder, digits_net, training_digits
 
 
 def test_pretrain_finetune_sigmas():

@@ -7,10 +7,23 @@ The mutations and the worker are in ``untrusted_files_support``, which
 
 import numpy as np
 import pytest
-from untrusted_files_support import (RSS_GROWTH_LIMIT_MB, SMALL_FILE_BYTES, base_archives, base_models, mutations, npy,
-                                     prepare, read_archive, read_models, redigested, run_files, zipped)
 
 from smoothsk import SampleWiseSmoothedClassifier
+
+from untrusted_files_support import (
+    RSS_GROWTH_LIMIT_MB,
+    SMALL_FILE_BYTES,
+    base_archives,
+    base_models,
+    mutations,
+    npy,
+    prepare,
+    read_archive,
+    read_models,
+    redigested,
+    run_files,
+    zipped,
+)
 
 #: Mutated files and the seed that draws them.
 N_FILES, SEED = 40, 0

@@ -9,13 +9,14 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_digits_classifier
 from sklearn.base import clone
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.models import DigitsCNN
 from smoothsk.training import GaussianNoise
+
+from conftest import tiny_digits_classifier
 
 
 def state_of(clf):
@@ -154,7 +155,7 @@ class TestValidation:
         X = torch.from_numpy(good_X()).to(dtype)
         expected = clf.certify(X.float().numpy(), return_details=True)
         found = clf.certify(X, return_details=True)
-        for a, b in zip(found[:2], expected[:2]):
+        for a, b in zip(found[:2], expected[:2], strict=True):
             np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(found[2].p_lower, expected[2].p_lower)
 

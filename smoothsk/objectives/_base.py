@@ -4,9 +4,9 @@ from abc import abstractmethod
 from numbers import Integral
 
 import torch
-from .._constraints import Interval
 
 from .._components import Component
+from .._constraints import Interval
 
 
 def expand_sigma(sigma, X):

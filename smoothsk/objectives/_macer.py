@@ -4,8 +4,8 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import torch
-from .._constraints import Interval
 
+from .._constraints import Interval
 from ..statistics import soft_margin
 from ._base import BaseObjective, gaussian_copies
 

@@ -3,8 +3,8 @@
 from numbers import Integral, Real
 
 import torch
-from .._constraints import Interval, StrOptions
 
+from .._constraints import Interval, StrOptions
 from .._modes import evaluating
 from ._base import NoisyCopiesObjective, expand_sigma, gaussian_noise, repeat_inputs
 

@@ -1,8 +1,8 @@
 """PFAT's online allocation of non-overlapping robust balls (Alg. 2; App. C.2 orders)."""
 
 import numpy as np
-from .._constraints import StrOptions
 
+from .._constraints import StrOptions
 from .._stages import SECOND_PASS
 from ..certificates import Certificates
 from ..statistics import certified_radius

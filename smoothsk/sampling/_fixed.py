@@ -2,8 +2,8 @@
 
 
 import numpy as np
-from .._constraints import SAMPLE_SIZE
 
+from .._constraints import SAMPLE_SIZE
 from ._base import BaseTwoStageSampler
 
 

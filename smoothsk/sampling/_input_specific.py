@@ -11,8 +11,8 @@ from functools import lru_cache
 from numbers import Real
 
 import numpy as np
-from .._constraints import SAMPLE_SIZE, Interval, StrOptions
 
+from .._constraints import SAMPLE_SIZE, Interval, StrOptions
 from ..statistics import certified_radius, check_noise_levels, clopper_pearson_interval, clopper_pearson_lower
 from ._base import BaseTwoStageSampler
 

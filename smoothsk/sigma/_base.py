@@ -9,8 +9,8 @@ import torch
 from sklearn.exceptions import NotFittedError
 
 from .._components import Component
-from ..certificates import SAMPLE_WISE_GUARANTEE
 from .._digest import module_fingerprint
+from ..certificates import SAMPLE_WISE_GUARANTEE
 from ..statistics import certified_radius
 
 

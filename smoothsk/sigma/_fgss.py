@@ -4,8 +4,8 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from .._constraints import SAMPLE_SIZE, Interval, StrOptions
 
+from .._constraints import SAMPLE_SIZE, Interval, StrOptions
 from .._stages import SEARCH_STAGE
 from ..statistics import gaussian_radius, top_class_radius
 from ._base import BaseSigmaSearch, SigmaSearchResult

@@ -3,8 +3,8 @@
 from numbers import Real
 
 import numpy as np
-from .._constraints import Interval
 
+from .._constraints import Interval
 from ._base import BaseSigmaSearch, SigmaSearchResult
 
 

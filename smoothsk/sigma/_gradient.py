@@ -4,8 +4,8 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from .._constraints import SAMPLE_SIZE, Interval
 
+from .._constraints import SAMPLE_SIZE, Interval
 from .._stages import SEARCH_STAGE
 from ..statistics import soft_margin
 from ._base import BaseSigmaSearch, SigmaSearchResult

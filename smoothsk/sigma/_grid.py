@@ -3,8 +3,8 @@
 from numbers import Real
 
 import numpy as np
-from .._constraints import SAMPLE_SIZE, Interval
 
+from .._constraints import SAMPLE_SIZE, Interval
 from .._stages import SEARCH_STAGE
 from ..statistics import top_class_radius
 from ._base import BaseSigmaSearch, SigmaSearchResult

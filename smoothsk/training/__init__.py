@@ -1,7 +1,6 @@
 """Training with per-sample noise: objectives and schedules."""
 
-from ..objectives import (BaseObjective, Consistency, GaussianNoise, Macer, MacerTerms, NoisyCopiesObjective,
-                          SmoothAdv)
+from ..objectives import BaseObjective, Consistency, GaussianNoise, Macer, MacerTerms, NoisyCopiesObjective, SmoothAdv
 from ._base import BaseTrainingSchedule
 from ._data_dependent import DataDependentTraining
 from ._fixed import FixedSigmaTraining

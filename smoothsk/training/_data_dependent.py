@@ -3,7 +3,6 @@
 from numbers import Integral, Real
 
 from .._constraints import HasMethods, Interval
-
 from .._modes import evaluating
 from ..objectives import GaussianNoise
 from ..sigma import GradientSigmaSearch

@@ -4,8 +4,8 @@ from numbers import Real
 
 import numpy as np
 import torch
-from .._constraints import HasMethods, Interval
 
+from .._constraints import HasMethods, Interval
 from ..objectives import GaussianNoise
 from ..sigma import FixedSigma
 from ._base import BaseTrainingSchedule

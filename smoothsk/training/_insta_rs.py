@@ -3,8 +3,8 @@
 from numbers import Integral, Real
 
 import numpy as np
-from .._constraints import HasMethods, Interval
 
+from .._constraints import HasMethods, Interval
 from .._modes import evaluating
 from .._stages import LEVEL_UPDATE_STAGE
 from ..objectives import SmoothAdv

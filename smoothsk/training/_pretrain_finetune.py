@@ -4,8 +4,8 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from .._constraints import HasMethods, Interval
 
+from .._constraints import HasMethods, Interval
 from .._modes import evaluating
 from ..objectives import SmoothAdv
 from ..sigma import BaseCertifiedSigma, GridSigmaSearch
