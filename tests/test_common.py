@@ -32,6 +32,7 @@ from smoothsk.sigma import (
     SemiElasticSigma,
 )
 from smoothsk.training import (
+    Consistency,
     DataDependentTraining,
     FixedSigmaTraining,
     GaussianNoise,
@@ -75,6 +76,7 @@ OBJECTIVES = [
     GaussianNoise(),
     SmoothAdv(steps=1, num_noise=1),
     Macer(num_noise=2),
+    Consistency(lbd=5.0, base=SmoothAdv(epsilon=0.5, steps=1, num_noise=2)),
 ]
 COMPONENTS = SCHEDULES + SIGMA_SEARCHES + SAMPLERS + ALLOCATORS + OBJECTIVES
 

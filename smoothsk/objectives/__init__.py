@@ -7,10 +7,10 @@ certified sigma selector of :mod:`smoothsk.sigma` (its
 ``selector_objective``), which the schedules import in turn.
 """
 
-from ._base import BaseObjective, GaussianNoise, NoisyCopiesObjective
+from ._base import BaseNoisyCopiesObjective, BaseObjective, GaussianNoise
 from ._consistency import Consistency
 from ._macer import Macer, MacerTerms
 from ._smoothadv import SmoothAdv
 
-__all__ = ["BaseObjective", "NoisyCopiesObjective", "GaussianNoise", "SmoothAdv", "Macer", "MacerTerms",
+__all__ = ["BaseObjective", "BaseNoisyCopiesObjective", "GaussianNoise", "SmoothAdv", "Macer", "MacerTerms",
            "Consistency"]

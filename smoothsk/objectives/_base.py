@@ -80,7 +80,7 @@ class BaseObjective(Component):
         """
 
 
-class NoisyCopiesObjective(BaseObjective):
+class BaseNoisyCopiesObjective(BaseObjective):
     """Cross-entropy on ``num_noise`` noisy copies of each input, whose logits :meth:`noisy_logits` gives.
 
     :class:`Consistency` regularises the copies' predictions of any such objective.
@@ -106,7 +106,7 @@ class NoisyCopiesObjective(BaseObjective):
         return net.criterion_(logits, y.repeat(len(logits) // len(X))), logits[:len(X)]
 
 
-class GaussianNoise(NoisyCopiesObjective):
+class GaussianNoise(BaseNoisyCopiesObjective):
     """Cross-entropy on Gaussian noisy copies (Cohen et al. 2019 training).
 
     Each sample gets noise of its own sigma, so every schedule shares this

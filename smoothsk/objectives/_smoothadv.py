@@ -6,10 +6,10 @@ import torch
 
 from .._constraints import Interval, StrOptions
 from .._modes import evaluating
-from ._base import NoisyCopiesObjective, expand_sigma, gaussian_noise, repeat_inputs
+from ._base import BaseNoisyCopiesObjective, expand_sigma, gaussian_noise, repeat_inputs
 
 
-class SmoothAdv(NoisyCopiesObjective):
+class SmoothAdv(BaseNoisyCopiesObjective):
     """Cross-entropy on noisy copies of PGD adversarial inputs of the smoothed classifier.
 
     For each input ``x`` with noise level ``sigma`` the objective draws ``m``

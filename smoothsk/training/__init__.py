@@ -1,6 +1,14 @@
 """Training with per-sample noise: objectives and schedules."""
 
-from ..objectives import BaseObjective, Consistency, GaussianNoise, Macer, MacerTerms, NoisyCopiesObjective, SmoothAdv
+from ..objectives import (
+    BaseNoisyCopiesObjective,
+    BaseObjective,
+    Consistency,
+    GaussianNoise,
+    Macer,
+    MacerTerms,
+    SmoothAdv,
+)
 from ._base import BaseTrainingSchedule
 from ._data_dependent import DataDependentTraining
 from ._fixed import FixedSigmaTraining
@@ -10,7 +18,7 @@ from ._stage import Stage
 
 __all__ = [
     "BaseObjective",
-    "NoisyCopiesObjective",
+    "BaseNoisyCopiesObjective",
     "GaussianNoise",
     "SmoothAdv",
     "Macer",
