@@ -1,34 +1,9 @@
 """Saving a fitted estimator to one safetensors file, and loading it without running code.
 
-What the file holds
--------------------
-A `safetensors <https://huggingface.co/docs/safetensors>`_ file stores named
-arrays and a string-to-string header; reading one runs no code (unlike pickle,
-which joblib uses). A saved estimator is one such file:
-
-- tensors, written from the CPU bit for bit: the module's ``state_dict``
-  (``module_.<key>``), ``train_sigmas_`` and ``train_keys_``, the arrays of the region store
-  (``regions_.<name>``, see :meth:`~smoothsk.regions.RegionStore.to_arrays`)
-  and the fitted state of a certified sigma function (``sigma_search_.<name>``,
-  see below);
-- header entry ``smoothsk``: a JSON document (keys sorted, no spaces) with
-  the format version (:data:`FORMAT_VERSION`), the library version, the
-  estimator class, the parameters a file may set (below), ``classes_``
-  (values and numpy dtype), ``input_shape_``, the region store's scalar
-  attributes, skorch's ``history``, the fitted certified sigma function's
-  class and parameters (``sigma_search_``, or null), and a manifest of every
-  tensor's dtype and shape;
-- header entry ``smoothsk_sha256`` (an unkeyed file): the hex SHA-256 of the
-  JSON document's UTF-8 bytes followed by the raw bytes of each tensor (as
-  stored) in sorted name order; or ``smoothsk_hmac_sha256`` (a file saved with
-  ``key``): the HMAC-SHA256 of the same bytes under the key.
-
-One file, not a directory with weights and a JSON file beside them: it is
-copied, moved and written (through a temporary file and a rename, so a crash
-never leaves half a model) as one unit, and one digest covers the tensors and
-the JSON together. Region centres go in as tensors, not JSON lists: they are
-(n_regions, n_features) float32, exact and compact that way, and checked by
-the digest like the weights.
+The file's container (one safetensors file, its JSON document and its
+digest or HMAC, authenticated before it is parsed) is
+:mod:`smoothsk._model_file`; this module decides what the document holds
+and rebuilds the estimator from it.
 
 What loading guarantees, whoever wrote the file
 -----------------------------------------------
@@ -60,7 +35,7 @@ What loading guarantees, whoever wrote the file
   lazy layers and its activations included, and bounded counts of tensors
   and submodules, enforced at each registration and allocation), its
   ``state_dict`` compared with them, and only then built for real. The JSON
-  nests at most :data:`MAX_NESTING` deep; ``classes_`` takes at most
+  nests at most :data:`~smoothsk._model_file.MAX_NESTING` deep; ``classes_`` takes at most
   :data:`MAX_CLASSES_BYTES`; ``input_shape_`` has at most
   :data:`MAX_INPUT_FEATURES` features; ``certify_batch_size`` batches at most
   :data:`MAX_BATCH_BYTES` of noisy inputs; sample sizes are at most
@@ -68,14 +43,7 @@ What loading guarantees, whoever wrote the file
   validated at load).
 - **One clear error.** Anything else is refused with one ValueError naming
   the file and the parameter or entry.
-- **What a digest means.** An unkeyed file's SHA-256 catches corruption and
-  naive edits, not a forger, who can recompute it: whether its weights deserve
-  trust is the user's call. A file saved with ``key`` loads only with that key
-  (HMAC-SHA256, compared in constant time, checked before the document is
-  parsed): it was written by a holder of the key and not changed since. A
-  keyed file is refused without the key, and an unkeyed file is refused when
-  a key is given, so a key-holding reader never accepts a file anyone could
-  have written.
+- **What a digest means**: see :mod:`smoothsk._model_file`.
 
 What loading gives is what was saved
 ------------------------------------
@@ -105,7 +73,7 @@ and ``restore_fitted(estimator, arrays, source)`` (which checks them and
 rebuilds what derives from them: a module from the saved parameters, a
 neighbour index); saving refuses any other fitted sigma function rather
 than write a file whose loaded estimator could not certify. One format
-version is read, :data:`FORMAT_VERSION`; smoothsk has released no other.
+version is read, :data:`~smoothsk._model_file.FORMAT_VERSION`; smoothsk has released no other.
 
 Parameters in JSON
 ------------------
@@ -132,10 +100,7 @@ Not saved
 """
 
 import copy
-import hashlib
-import hmac
 import inspect
-import json
 import warnings
 from functools import cache
 from numbers import Integral, Real
@@ -143,8 +108,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save as safetensors_bytes
 from skorch import NeuralNet
 from skorch.exceptions import DeviceWarning
 from skorch.history import History
@@ -153,30 +116,21 @@ from torch.nn.utils.weight_norm import WeightNorm
 from torch.utils.hooks import RemovableHandle
 
 from . import models, regions, sampling, sigma, training
-from ._atomic import atomic_file, unwritable_reason
+from ._atomic import unwritable_reason
 from ._codec import encode
 from ._codec import plain as _plain
 from ._codec import refuse as _refuse
 from ._digest import value_digest
+from ._model_file import FORMAT_VERSION, check_key, read_model_file, write_model_file
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
 from ._validation import smoothing_components
 from ._version import __version__
 from .regions import RegionStore
 
-__all__ = ["FORMAT_VERSION", "MAX_CLASSES_BYTES", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_N_JOBS",
-           "MAX_NESTING", "MIN_KEY_BYTES", "load_estimator", "save_estimator"]
-
-#: Version of the file layout that saving writes and loading reads; any other is refused.
-FORMAT_VERSION = 3
-#: Header entries holding the JSON document and its digest (unkeyed files) or its HMAC (keyed files).
-DOCUMENT_KEY = "smoothsk"
-DIGEST_KEY = "smoothsk_sha256"
-HMAC_KEY = "smoothsk_hmac_sha256"
-#: The shortest key ``save``/``load`` take (HMAC-SHA256 keys of 32 random bytes are usual).
-MIN_KEY_BYTES = 16
+__all__ = ["MAX_CLASSES_BYTES", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_N_JOBS", "load_estimator",
+           "save_estimator"]
 
 #: Limits on what a file may ask loading to allocate, beyond its own tensors (see "Sizes").
-MAX_NESTING = 16
 MAX_INPUT_FEATURES = 2**26
 MAX_BATCH_BYTES = 2**30
 MAX_N_JOBS = 256
@@ -289,16 +243,6 @@ def _lookup(name, where, classes, source):
 
 # --------------------------------------------------------------------- tensors
 
-def _digest(document, tensors, key=None):
-    """Hex SHA-256 (HMAC-SHA256 under ``key``) of the JSON document's bytes, then each tensor's in sorted name order."""
-    digest = hashlib.sha256() if key is None else hmac.new(key, digestmod=hashlib.sha256)
-    digest.update(document.encode("utf-8"))
-    for name in sorted(tensors):
-        if tensors[name].numel():  # an empty tensor has no bytes (and no byte view)
-            digest.update(tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()
-
-
 def _fitted_tensors(estimator):
     """Every fitted array of ``estimator`` as CPU tensors with their file names."""
     tensors = {}
@@ -396,17 +340,6 @@ def _encode_plain(value, where):
     return _refuse(where, value, "None, bools, numbers, strings, and lists or tuples of them")
 
 
-def _check_key(key):
-    """``key`` as bytes: None, or bytes of at least :data:`MIN_KEY_BYTES`."""
-    if key is None:
-        return None
-    if not isinstance(key, (bytes, bytearray)) or len(key) < MIN_KEY_BYTES:
-        raise TypeError(f"key must be None or bytes of at least {MIN_KEY_BYTES} bytes (e.g. secrets.token_bytes(32), "
-                        f"kept where only the file's writers and readers see it); got {type(key).__name__}"
-                        + (f" of {len(key)} bytes" if isinstance(key, (bytes, bytearray)) else "") + ".")
-    return bytes(key)
-
-
 def save_estimator(estimator, path, key=None):
     """Write fitted ``estimator`` to ``path`` as one safetensors file (see the module docstring).
 
@@ -434,7 +367,7 @@ def save_estimator(estimator, path, key=None):
     TypeError
         If ``key`` is not None or bytes of at least :data:`MIN_KEY_BYTES`.
     """
-    key = _check_key(key)
+    key = check_key(key)
     estimator.check_is_fitted()
     path = Path(path)
     reason = unwritable_reason(path)
@@ -459,11 +392,7 @@ def save_estimator(estimator, path, key=None):
         "tensors": {name: tensor_spec(tensor) for name, tensor in tensors.items()},
     }
     _check_rebuilt(estimator, document, tensors, f"Cannot save {path}", module, named)
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    entry = DIGEST_KEY if key is None else HMAC_KEY
-    content = safetensors_bytes(tensors, metadata={DOCUMENT_KEY: text, entry: _digest(text, tensors, key)})
-    with atomic_file(path) as file:
-        file.write(content)
+    write_model_file(path, document, tensors, key)
 
 
 #: torch's own bookkeeping attributes of every module (hook tables keyed by global handle ids, flags).
@@ -554,92 +483,6 @@ def _check_rebuilt(estimator, document, tensors, source, module, named):
 
 
 # ------------------------------------------------------------------------ load
-
-def _read(path, key):
-    """The JSON document and tensors of a smoothsk file, authenticated, then checked against its manifest.
-
-    The digest (or, under ``key``, the HMAC) is checked over the document's
-    bytes and the tensors before the document is parsed: a file that fails it
-    is refused without reading a value from it. Reading the tensors allocates
-    no more than the file's size (safetensors checks every offset against it).
-    """
-    if path.is_dir():
-        raise ValueError(f"{path}: it is a directory, not a smoothsk model file.")
-    try:
-        with safe_open(path, framework="pt", device="cpu") as file:
-            metadata = file.metadata() or {}
-            tensors = {name: file.get_tensor(name) for name in file.keys()}
-    except SafetensorError as exc:
-        raise ValueError(f"{path}: not a readable safetensors file ({exc}).") from exc
-    text = metadata.get(DOCUMENT_KEY)
-    if text is None or (DIGEST_KEY not in metadata and HMAC_KEY not in metadata):
-        raise ValueError(f"{path}: not a smoothsk model file (its safetensors header has no {DOCUMENT_KEY!r} entry "
-                         f"with a {DIGEST_KEY!r} or {HMAC_KEY!r} entry).")
-    if key is None and HMAC_KEY in metadata:
-        raise ValueError(f"{path}: the file is authenticated with a key; pass it: load(path, key=...) "
-                         "(smoothsk certify --key-file FILE).")
-    if key is not None and HMAC_KEY not in metadata:
-        raise ValueError(f"{path}: the file is not authenticated (saved without a key), but a key was given: "
-                         "refused, as anyone could have written it.")
-    if key is None and not _same(_digest(text, tensors), metadata[DIGEST_KEY]):
-        raise ValueError(f"{path}: the content does not match its SHA-256 digest: the file was edited or "
-                         "corrupted after it was saved.")
-    if key is not None and not _same(_digest(text, tensors, key), metadata[HMAC_KEY]):
-        raise ValueError(f"{path}: the file was not written with this key, or was edited after it was saved "
-                         "(its HMAC-SHA256 does not match).")
-    document = _parse(text, path)
-    version = document.get("format_version")
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise ValueError(f"{path}: format version {version!r} is not the one this smoothsk reads "
-                         f"({FORMAT_VERSION}); the file says smoothsk {document.get('library_version')!r} wrote it.")
-    manifest = document.get("tensors")
-    if not isinstance(manifest, dict):
-        raise ValueError(f"{path}: the document has no tensor manifest.")
-    missing, extra = sorted(set(manifest) - set(tensors)), sorted(set(tensors) - set(manifest))
-    if missing:
-        raise ValueError(f"{path}: tensors {missing} are missing from the file.")
-    if extra:
-        raise ValueError(f"{path}: the file holds tensors {extra} that its manifest does not list.")
-    for name, spec in manifest.items():
-        if spec != tensor_spec(tensors[name]):
-            raise ValueError(f"{path}: tensor {name!r} has {tensor_spec(tensors[name])} but the manifest "
-                             f"says {spec}: the tensor was reshaped or replaced.")
-    return document, tensors
-
-
-def _same(computed, recorded):
-    """Whether a computed hex digest equals the recorded one (in constant time: an HMAC is compared)."""
-    return hmac.compare_digest(computed.encode(), recorded.encode("utf-8", "replace"))
-
-
-def _integer(text):
-    """A JSON integer of at most 64 bits (signed or not): no saved value is larger, and float() takes any of them."""
-    value = int(text)
-    if not -2**63 <= value < 2**64:
-        raise ValueError(f"the integer {text[:20]}... has more than 64 bits")
-    return value
-
-
-def _parse(text, path):
-    """The JSON object ``text``, nested at most :data:`MAX_NESTING` deep, its integers of at most 64 bits."""
-    try:
-        document = json.loads(text, parse_int=_integer)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError, and so is int()'s digit limit
-        raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not valid JSON nested at most "
-                         f"{MAX_NESTING} deep with integers of at most 64 bits ({type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:200]}).") from None
-    if not isinstance(document, dict):
-        raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not a JSON object.")
-    level, depth = [document], 1
-    while level:
-        level = [item for value in level for item in (value.values() if isinstance(value, dict) else value)
-                 if isinstance(item, (dict, list))]
-        depth += bool(level)
-        if depth > MAX_NESTING:
-            raise ValueError(f"{path}: its {DOCUMENT_KEY!r} document nests values more than {MAX_NESTING} deep, "
-                             "which no saved model does.")
-    return document
-
 
 def _decode_classes(spec, source):
     """``classes_`` with its saved dtype."""
@@ -795,12 +638,12 @@ def load_estimator(cls, path, module=None, allowed_classes=(), key=None):
     TypeError
         If ``module`` or ``key`` has the wrong type.
     """
-    key = _check_key(key)
+    key = check_key(key)
     if module is not None and not (isinstance(module, torch.nn.Module) or
                                    (isinstance(module, type) and issubclass(module, torch.nn.Module))):
         raise TypeError(f"module must be a torch.nn.Module class or instance, or None; got {module!r}.")
     source = str(path)
-    document, tensors = _read(Path(path), key)
+    document, tensors = read_model_file(Path(path), key)
     return _rebuild(cls, document, tensors, source, module, _allowed_classes(list(allowed_classes)))
 
 

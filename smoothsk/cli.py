@@ -18,9 +18,9 @@ from . import SampleWiseSmoothedClassifier
 from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
+from ._model_file import MIN_KEY_BYTES
 from ._npz import NpzArchive
 from ._params import Components
-from ._persistence import MIN_KEY_BYTES
 from ._presets import MODULES, PRESETS, preset_params
 from ._validation import check_device_available
 from .allocator import keep_freed_memory
@@ -181,7 +181,7 @@ def read_key(path):
     ------
     InputFileError
         Naming the file: unreadable, over :data:`MAX_KEY_FILE_BYTES`, or
-        shorter than :data:`smoothsk._persistence.MIN_KEY_BYTES` bytes.
+        shorter than :data:`smoothsk._model_file.MIN_KEY_BYTES` bytes.
     """
     if path is None:
         return None
