@@ -79,6 +79,8 @@ def classifier(name, sigma, settings):
 def run_row(name, sigma, splits, settings, out):
     """Train (or read back) and certify (resuming) one row; its results as a dict, also written to ``out``."""
     stem = f"{name}-sigma{sigma:g}-n{settings['n']}-e{settings['epochs']}-i{settings['images']}"
+    if settings["train"] != len(splits.X_train):
+        stem += f"-t{settings['train']}"
     result_path = out / f"{stem}.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
@@ -87,7 +89,8 @@ def run_row(name, sigma, splits, settings, out):
         clf, train_seconds = SampleWiseSmoothedClassifier.load(model_path), None
     else:
         start = time.perf_counter()
-        clf = classifier(name, sigma, settings).fit(splits.X_train, splits.y_train)
+        train = slice(0, settings["train"])
+        clf = classifier(name, sigma, settings).fit(splits.X_train[train], splits.y_train[train])
         train_seconds = time.perf_counter() - start
         clf.save(model_path)
     X, y = splits.X_certify[:settings["images"]], splits.y_certify[:settings["images"]]
@@ -106,13 +109,16 @@ def main():
                         help="comma-separated rows, each <training>-<sigma>")
     parser.add_argument("--data", default="../shared/data/mnist", help="folder of the real MNIST files")
     parser.add_argument("--out", default="benchmarks/results/mnist", help="folder of the models and checkpoints")
-    for option in ("n", "images", "epochs"):
-        parser.add_argument(f"--{option}", type=int, help=f"override the mode's {option} (a smaller smoke run)")
+    for option in ("n", "images", "epochs", "train"):
+        parser.add_argument(f"--{option}", type=int, help=f"override the mode's {option} (train: the first so many "
+                                                          "training images, to measure what the training set's size "
+                                                          "costs)")
     args = parser.parse_args()
+    splits = load_mnist_protocol(args.data)
     settings = ({"n": 10_000, "images": 100, "epochs": 10} if args.quick else
                 {"n": 100_000, "images": 500, "epochs": 30})
+    settings["train"] = len(splits.X_train)
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
-    splits = load_mnist_protocol(args.data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table_header(["training", "sigma", "ACR", "published ACR", "ratio",
