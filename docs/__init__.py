@@ -1,0 +1,1 @@
+"""The documentation's examples run as doctests; this makes docs/conftest.py the module docs.conftest."""
