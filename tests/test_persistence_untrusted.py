@@ -54,6 +54,13 @@ def forge(path, document, tensors):
     return path
 
 
+def forged_with(source, path, **params):
+    """``source`` re-signed at ``path`` with ``params`` set in its document, as a forger can."""
+    document, tensors = read_file(source)
+    document["params"].update(params)
+    return forge(path, document, tensors)
+
+
 @pytest.fixture(scope="module")
 def flat_mlp_file(tmp_path_factory):
     """A fitted FlatMLP (hidden 8) on 6 features, saved: the file every forgery here starts from."""
@@ -122,9 +129,7 @@ class TestNothingInAFileRunsCode:
         ("compile__fullgraph", True),
     ])
     def test_parameters_outside_the_allow_list_are_refused_by_name(self, name, value, flat_mlp_file, tmp_path):
-        document, tensors = read_file(flat_mlp_file)
-        document["params"][name] = value
-        evil = forge(tmp_path / "evil.safetensors", document, tensors)
+        evil = forged_with(flat_mlp_file, tmp_path / "evil.safetensors", **{name: value})
         with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter '{name}' is not one a model file may "
                                              r"set"):
             load(evil)
@@ -137,9 +142,7 @@ class TestNothingInAFileRunsCode:
         ("alpha", {"tuple": [0.1]}),
     ])
     def test_plain_parameters_take_only_plain_values(self, name, value, flat_mlp_file, tmp_path):
-        document, tensors = read_file(flat_mlp_file)
-        document["params"][name] = value
-        evil = forge(tmp_path / "evil.safetensors", document, tensors)
+        evil = forged_with(flat_mlp_file, tmp_path / "evil.safetensors", **{name: value})
         with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter '{name}' must be "):
             load(evil)
 
@@ -437,8 +440,6 @@ class TestKeyedFiles:
 ])
 def test_settings_that_break_certify_or_spawn_threads_are_refused(name, value, match, flat_mlp_file, tmp_path):
     """device None or 'meta' loaded and failed in certify; n_jobs=5000 started threads until it failed."""
-    document, tensors = read_file(flat_mlp_file)
-    document["params"][name] = value
-    evil = forge(tmp_path / "evil.safetensors", document, tensors)
+    evil = forged_with(flat_mlp_file, tmp_path / "evil.safetensors", **{name: value})
     with pytest.raises(ValueError, match=rf"evil\.safetensors: {match}"):
         load(evil)

@@ -551,16 +551,21 @@ def mutate_header(model, rng, marker):
     return Mutation("header", description, result, signing, model.key)
 
 
+def flip_bits(raw, rng):
+    """``raw`` with 1 to 8 random bits flipped, and a description of where."""
+    data = bytearray(raw)
+    where = sorted(rng.randrange(len(data)) for _ in range(rng.randrange(1, 9)))
+    for index in where:
+        data[index] ^= 1 << rng.randrange(8)
+    return bytes(data), f"bits flipped at {where}"
+
+
 def mutate_bytes(model, rng, marker):
     """Raw bytes: flips, truncation, appended bytes, an empty or random file."""
     raw = signed(dumps(model.document), model.tensors, key=model.key)
     action = rng.choice(["flip", "flip", "truncate", "append", "empty", "random"])
     if action == "flip":
-        data = bytearray(raw)
-        where = sorted(rng.randrange(len(data)) for _ in range(rng.randrange(1, 9)))
-        for index in where:
-            data[index] ^= 1 << rng.randrange(8)
-        result, description = bytes(data), f"bits flipped at {where}"
+        result, description = flip_bits(raw, rng)
     elif action == "truncate":
         cut = rng.randrange(len(raw))
         result, description = raw[:cut], f"truncated to {cut} of {len(raw)} bytes"
@@ -993,11 +998,8 @@ def mutate_archive_bytes(archive, rng, marker):
     raw = zipped(list(archive[0].items()), archive[1])
     action = rng.choice(["flip", "flip", "truncate", "append", "empty", "pickle"])
     if action == "flip":
-        data = bytearray(raw)
-        where = sorted(rng.randrange(len(data)) for _ in range(rng.randrange(1, 9)))
-        for index in where:
-            data[index] ^= 1 << rng.randrange(8)
-        return Mutation("archive-bytes", f"bits flipped at {where}", bytes(data), "none")
+        data, description = flip_bits(raw, rng)
+        return Mutation("archive-bytes", description, data, "none")
     if action == "truncate":
         cut = rng.randrange(len(raw))
         return Mutation("archive-bytes", f"truncated to {cut} of {len(raw)} bytes", raw[:cut], "none")
