@@ -16,6 +16,7 @@ from ._constraints import HasMethods, Interval, StrOptions, validate_parameter_c
 from ._modes import evaluating
 from ._training_steps import check_iterator_options
 from .certificates import ABSTAIN
+from .experts import takes_noise_level
 from .sigma import BaseCertifiedSigma
 
 
@@ -318,9 +319,14 @@ def check_module_output(module, X, n_classes, device):
     n_classes : int
     device : str, torch.device or None
     """
+    probe = torch.from_numpy(X[:1]).to(device)
     try:
         with evaluating(module), torch.no_grad():
-            logits = module(torch.from_numpy(X[:1]).to(device))
+            if takes_noise_level(module):  # every expert, one input at each of its levels
+                logits = module(probe.expand(len(module.levels), *probe.shape[1:]),
+                                torch.tensor(module.levels, device=probe.device))[:1]
+            else:
+                logits = module(probe)
     except Exception as error:
         raise ValueError(
             f"The module {type(module).__name__} rejected one input of shape {(1,) + X.shape[1:]} "
@@ -373,6 +379,7 @@ def check_fit(estimator, X, y, reset, classes, fit_params):
         raise TypeError("fit_params may not hold 'epochs': the training schedule sets the epochs of each "
                         "stage itself; set max_epochs or the schedule's epoch parameters instead.")
     components = smoothing_components(estimator)
+    components.training.check_module(estimator.module)
     check_iterator_options(estimator)
     check_device_available(estimator.device)
     X, y = check_training_data(estimator, X, y, reset)

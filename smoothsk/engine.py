@@ -56,6 +56,8 @@ import numpy as np
 import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
+from .experts import forward
+
 __all__ = ["MonteCarloEngine", "NOISE_BLOCK", "stage_key"]
 
 #: Noisy copies per noise block (the unit of seeding on accelerators, independent of the batch size).
@@ -559,16 +561,17 @@ class MonteCarloEngine:
                 if end > begin])
             if hi - lo == 1:
                 slot = torch.zeros((), dtype=torch.int64, device=self.device)
-                noisy = batch_noise.mul_(sigma[lo]).add_(X[lo])
+                row_sigma = sigma[lo]
+                noisy = batch_noise.mul_(row_sigma).add_(X[lo])
             else:
                 owner = torch.searchsorted(ends_t, torch.arange(batch_start, batch_end, device=self.device),
                                            right=True)
                 slot = (owner - lo) * self.n_classes
-                scale = sigma[owner].view((-1,) + (1,) * (X.dim() - 1))
-                noisy = batch_noise.mul_(scale).add_(X[owner])
+                row_sigma = sigma[owner]
+                noisy = batch_noise.mul_(row_sigma.view((-1,) + (1,) * (X.dim() - 1))).add_(X[owner])
             noisy = noisy.to(X.dtype)  # rounds a half-precision input's float32 noisy copies; else no copy
             with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
-                logits = self.module(noisy)
+                logits = forward(self.module, noisy, row_sigma)  # the level too, to a module of experts
             if logits.shape[1:] != (self.n_classes,):
                 # Else a vote for a class >= n_classes would be added to the next input's row.
                 raise ValueError(f"The module returned {' x '.join(map(str, logits.shape[1:])) or 'no'} logits per "

@@ -10,6 +10,7 @@ import torch
 
 from .. import _stages
 from ..engine import MonteCarloEngine
+from ..experts import takes_noise_level
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,6 +36,8 @@ class SigmaFitContext:
     levels : ndarray of float, shape (K,), or None
         The training schedule's grid of noise levels
         (``BaseTrainingSchedule.noise_levels()``); None where it has none.
+        For a classifier of experts per level
+        (:class:`~smoothsk.experts.NoiseLevelExperts`), its levels, ascending.
     assignment_levels : ndarray of float, shape (K',), or None
         The grid from which the schedule assigned ``train_sigmas`` by a
         labelled grid search (PFAT Eq. 5;
@@ -44,10 +47,12 @@ class SigmaFitContext:
     module_class : type or None
         With ``module_params``, the module factory:
         ``module_class(**module_params, n_classes=K)`` is a new module like
-        the classifier with K outputs. None where the estimator's module is
-        an instance or a class that takes no ``n_classes``.
+        the classifier with K outputs (for experts per level, like one
+        expert: the first expert's class, no parameters). None where the
+        estimator's module is an instance or a class that takes no
+        ``n_classes``.
     module_params : dict
-        The estimator's ``module__`` parameters.
+        The estimator's ``module__`` parameters (empty for experts).
     optimizer_factory : callable
         ``optimizer_factory(parameters)``: the estimator's optimizer on
         ``parameters``, with its ``lr`` and ``optimizer__`` parameters.
@@ -104,17 +109,22 @@ class SigmaFitContext:
         SigmaFitContext
         """
         training = getattr(estimator, "training_", None)
-        module = estimator.module
+        module, module_params = estimator.module, estimator.get_params_for("module")
+        levels = None if training is None else training.noise_levels()
+        if takes_noise_level(estimator.module_):
+            # Experts per level: their levels are the grid, and a new module like the classifier is an expert.
+            levels = np.sort(np.asarray(estimator.module_.levels, dtype=np.float64))
+            module, module_params = type(estimator.module_.experts[0]), {}
         takes_classes = isinstance(module, type) and "n_classes" in inspect.signature(module).parameters
         options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}
         return cls(
             classifier_engine=functools.partial(MonteCarloEngine, estimator.module_, len(estimator.classes_),
                                                 estimator.certify_batch_size, estimator.device, estimator.n_jobs),
-            levels=None if training is None else training.noise_levels(),
+            levels=levels,
             assignment_levels=None if training is None else training.assignment_levels(),
             train_sigmas=getattr(estimator, "train_sigmas_", None),
             module_class=module if takes_classes else None,
-            module_params=estimator.get_params_for("module"),
+            module_params=module_params,
             optimizer_factory=functools.partial(estimator.optimizer, lr=estimator.lr, **options),
             max_epochs=estimator.max_epochs,
             batch_size=None if estimator.batch_size == -1 else int(estimator.batch_size),

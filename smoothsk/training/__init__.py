@@ -14,6 +14,7 @@ from ._data_dependent import DataDependentTraining
 from ._fixed import FixedSigmaTraining
 from ._insta_rs import InstaRSTrain
 from ._pretrain_finetune import PretrainFinetune
+from ._pretrained import Pretrained
 from ._stage import Stage
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "PretrainFinetune",
     "InstaRSTrain",
     "DataDependentTraining",
+    "Pretrained",
 ]

@@ -115,6 +115,9 @@ class BaseTrainingSchedule(Component):
         net.history.record(STAGE_KEY, self.stage_)
         net.history.record(PLAN_START_KEY, self.plan_start_)
 
+    def check_module(self, module):
+        """Refuse, before anything is built, a ``module`` parameter this schedule cannot train; default: any."""
+
     def default_sigma_search(self):
         """The test-time sigma search matching this schedule (used when none is given)."""
         return FixedSigma()
