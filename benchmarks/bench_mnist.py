@@ -98,7 +98,8 @@ def run_row(name, sigma, splits, settings, out):
     prediction, radius = clf.certify(X, checkpoint=out / f"{stem}.ckpt", checkpoint_every=20)
     result = {"row": name, "sigma": sigma, "acr": average_certified_radius(y, prediction, radius),
               "curve": certified_accuracy_curve(y, prediction, radius, RADII).tolist(),
-              "train_seconds": train_seconds, "certify_seconds_per_image": (time.perf_counter() - start) / len(X)}
+              "train_seconds": train_seconds, "certify_seconds_per_image": (time.perf_counter() - start) / len(X),
+              "prediction": prediction.tolist(), "radius": radius.tolist()}
     result_path.write_text(json.dumps(result))
     return result
 
