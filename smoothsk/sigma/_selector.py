@@ -119,6 +119,15 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     confidence (a large ``p1``, so ``R1`` does not cap the radius). Only the
     training targets change; the guarantee above holds for any selector.
 
+    With ``min_level_gain=g`` the targets are drawn only from the levels
+    that earn their place: greedily from the best fixed level on the
+    training set, each kept level raises the training set's total best
+    radius by at least the fraction ``g``
+    (:func:`~smoothsk.sigma._selector_training.useful_levels`). Many close
+    levels (PFAT's grid) then do not split the targets between levels that
+    certify about the same radius. Training samples that no level
+    classifies correctly are always left out of the selector's training.
+
     With ``selector_objective`` the selector is trained with a training
     objective of :mod:`smoothsk.training` instead, its labels the target
     levels and every sample's noise level ``selector_sigma``: e.g.
@@ -174,6 +183,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         averaged for each training target (above); None takes each
         sample's own best level. The neighbour search costs
         ``O(n_train^2 d)`` (scikit-learn ``NearestNeighbors``).
+    min_level_gain : float or None, default=None
+        Targets only among the levels that earn their place (above): each
+        kept level raises the training set's total best radius by at least
+        this fraction. None takes every level.
     selector_objective : BaseObjective or None, default=None
         Training objective of the selector (above), called with a view of
         the selector that has ``module_`` (the selector), ``criterion_``
@@ -189,7 +202,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     selector_module_ : torch.nn.Module or None
         The selector (None when K = 1).
     train_levels_ : ndarray of int, shape (n_train,) or None
-        Training targets (index into ``levels_``), None without training.
+        Training targets (index into ``levels_``; -1 for a sample that no
+        level classifies correctly, left out of the selector's training),
+        None without training.
 
     References
     ----------
@@ -217,11 +232,13 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         "selector_epochs": [Interval(Integral, 0, None, closed="left"), None],
         "target_neighbors": [Interval(Integral, 1, None, closed="left"), None],
         "selector_objective": [HasMethods(["loss"]), None],
+        "min_level_gain": [Interval(Real, 0, None, closed="left"), None],
     }
     _refit_free_parameters = ("n", "n0", "alpha_share")
 
     def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=0.25, n=10_000, n0=100,
-                 alpha_share=0.5, selector_epochs=None, target_neighbors=None, selector_objective=None):
+                 alpha_share=0.5, selector_epochs=None, target_neighbors=None, selector_objective=None,
+                 min_level_gain=None):
         self.levels = levels
         self.selector = selector
         self.fit_selector = fit_selector
@@ -232,6 +249,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         self.selector_epochs = selector_epochs
         self.target_neighbors = target_neighbors
         self.selector_objective = selector_objective
+        self.min_level_gain = min_level_gain
 
     def _check_consistency(self):
         if self.levels is not None:
@@ -286,7 +304,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             self.selector_module_ = None
             return self
         if self.fit_selector:
-            self.train_levels_ = training_targets(context, X, y, self.levels_, self.target_neighbors)
+            self.train_levels_ = training_targets(context, X, y, self.levels_, self.target_neighbors,
+                                                  self.min_level_gain)
             module = self._build_module(context, X, n_levels).to(context.device)
             epochs = context.max_epochs if self.selector_epochs is None else self.selector_epochs
             train_selector(context, module, X.to(context.device),
@@ -354,9 +373,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         if self.train_levels_ is not None:
             self.train_levels_ = self.train_levels_.numpy()
             if (self.train_levels_.dtype != np.int64 or self.train_levels_.ndim != 1
-                    or np.any(self.train_levels_ < 0) or np.any(self.train_levels_ >= n_levels)):
+                    or np.any(self.train_levels_ < -1) or np.any(self.train_levels_ >= n_levels)):
                 raise ValueError(f"{source}: sigma_search_ train_levels must be an int64 vector of indices "
-                                 f"into the {n_levels} levels.")
+                                 f"into the {n_levels} levels, or -1 (no target).")
         state = {name.removeprefix("selector."): value for name, value in arrays.items()
                  if name.startswith("selector.")}
         unknown = sorted(set(arrays) - {"levels", "train_levels"} - {f"selector.{key}" for key in state})

@@ -34,14 +34,18 @@ class _SelectorNet:
     noise_generator_: torch.Generator
 
 
-def training_targets(context, X, y, levels, target_neighbors=None):
-    """Each training sample's best level (PFAT Eq. 5 over ``levels``), as an index into ``levels``.
+def training_targets(context, X, y, levels, target_neighbors=None, min_level_gain=None):
+    """Each training sample's target level (PFAT Eq. 5 over ``levels``), as an index into ``levels``; -1 for none.
 
     The schedule's own assignment where it is this one (the same grid, a
-    level for every sample); else the trained classifier's estimated radius
-    at each level (500 samples, largest among levels where the smoothed
-    prediction is the label; the first level among ties), from the seed of
-    :data:`~smoothsk._stages.SELECTOR_ASSIGNMENT_SALT`.
+    level for every sample) and neither neighbours nor level gains are
+    asked for; else the trained classifier's estimated radius at each level
+    (500 samples, largest among levels where the smoothed prediction is the
+    label), from the seed of :data:`~smoothsk._stages.SELECTOR_ASSIGNMENT_SALT`.
+    A sample that no level classifies correctly gets no target (-1): it
+    says nothing about which level serves it, and as the first level among
+    ties (radius 0 everywhere) it would push the selector to the smallest
+    level.
 
     Parameters
     ----------
@@ -53,13 +57,17 @@ def training_targets(context, X, y, levels, target_neighbors=None):
     target_neighbors : int or None, default=None
         The best level of the radii averaged over each sample's nearest
         training inputs (itself included; never the schedule's assignment).
+    min_level_gain : float or None, default=None
+        Targets only among the levels :func:`useful_levels` keeps at this
+        gain; None: among all levels.
 
     Returns
     -------
     targets : ndarray of int, shape (n_train,)
+        Index into ``levels``, or -1 where the sample has no target.
     """
     assigned, train_sigmas = context.assignment_levels, context.train_sigmas
-    if (target_neighbors is None and assigned is not None and train_sigmas is not None
+    if (target_neighbors is None and min_level_gain is None and assigned is not None and train_sigmas is not None
             and len(train_sigmas) == len(X) and np.array_equal(np.sort(assigned), np.sort(levels))):
         # The schedule's own assignment is this one: reuse it.
         match = np.isclose(train_sigmas[:, None], levels[None, :], rtol=0, atol=1e-9)
@@ -68,11 +76,50 @@ def training_targets(context, X, y, levels, target_neighbors=None):
     engine = context.classifier_engine(root_seed=context.seed(SELECTOR_ASSIGNMENT_SALT))
     with evaluating(engine.module):
         radius = sigma_radii(engine, X, levels, _ASSIGN_SAMPLES, _ASSIGN_ALPHA, y.cpu().numpy())
+    uncertified = radius.max(axis=0) == 0
     if target_neighbors is not None:
         flat = X.reshape(len(X), -1).cpu().numpy()
         neighbors = NearestNeighbors(n_neighbors=min(target_neighbors, len(X))).fit(flat)
         radius = radius[:, neighbors.kneighbors(flat, return_distance=False)].mean(axis=2)  # (K, n_train)
-    return radius.argmax(axis=0)  # PFAT Eq. 5 / best_sigma_index: the first level among ties
+    kept = np.arange(len(levels)) if min_level_gain is None else useful_levels(radius, min_level_gain)
+    targets = kept[radius[kept].argmax(axis=0)]  # PFAT Eq. 5 / best_sigma_index: the first level among ties
+    return np.where(uncertified, -1, targets)
+
+
+def useful_levels(radius, min_gain):
+    """The levels worth a selector's choice: greedy, each raising the best radius's total by ``min_gain`` or more.
+
+    Starting from the level of the largest total radius (the best fixed
+    sigma on the training set), each step adds the level that raises
+    ``sum_i max_{k in kept} radius[k, i]`` most, while that rise is at least
+    ``min_gain`` times the total so far. Levels close to a kept one add
+    little and stay out: the targets then do not split between levels that
+    certify about the same radius (where the smoothed selector would be
+    unsure, and its radius R1 would cap the certificate).
+
+    Parameters
+    ----------
+    radius : ndarray of float, shape (K, n_train)
+        Estimated radius of each training sample at each level (0 where
+        not correct).
+    min_gain : float
+        Smallest relative rise of the total that earns a level its place.
+
+    Returns
+    -------
+    kept : ndarray of int, shape (K',)
+        Ascending indices of the kept levels, K' >= 1.
+    """
+    kept = [int(radius.sum(axis=1).argmax())]
+    best = radius[kept[0]]
+    while len(kept) < len(radius):
+        rise = np.maximum(radius, best).sum(axis=1) - best.sum()
+        candidate = int(rise.argmax())
+        if rise[candidate] <= 0 or rise[candidate] < min_gain * best.sum():
+            break
+        kept.append(candidate)
+        best = np.maximum(best, radius[candidate])
+    return np.array(sorted(kept))
 
 
 def train_selector(context, module, X, targets, objective, selector_sigma, epochs):
@@ -92,11 +139,16 @@ def train_selector(context, module, X, targets, objective, selector_sigma, epoch
         On ``X``'s device; left in eval mode.
     X : torch.Tensor, shape (n_train, *input_shape)
     targets : torch.Tensor of int64, shape (n_train,)
-        Index of each sample's level, on ``X``'s device.
+        Index of each sample's level, on ``X``'s device; samples with -1 (no
+        target) are left out.
     objective : BaseObjective
     selector_sigma : float
     epochs : int
     """
+    X, targets = X[targets >= 0], targets[targets >= 0]
+    if len(X) == 0:
+        raise ValueError("No training input is classified correctly at any of the selector's levels: the selector "
+                         "has no target to learn. Train the classifier longer, or check the levels.")
     optimizer = context.optimizer_factory(module.parameters())
     batch_size = len(X) if context.batch_size is None else context.batch_size
     generator = torch.Generator(device=X.device).manual_seed(context.seed(SELECTOR_TRAIN_NOISE_SALT))
