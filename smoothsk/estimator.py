@@ -632,7 +632,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             refused with an unkeyed one.
         module : torch.nn.Module class or instance, optional
             Replaces the saved ``module``: needed for your own module class,
-            or when the module was an instance (which receives the weights).
+            or when the module was an instance (which receives the weights),
+            unless the instance gave its ``constructor_params()`` (a
+            :class:`~smoothsk.experts.NoiseLevelExperts` does), which the
+            file rebuilds it from.
         allowed_classes : sequence of type, default=()
             Your own classes (components, modules) that the file may name.
 

@@ -111,10 +111,14 @@ class NoiseLevelExperts(nn.Module):
 
     Notes
     -----
-    A model file records this module as its class with ``levels`` and the
-    experts' classes; loading builds each expert class as above and gives it
-    the saved weights. Experts whose classes need other constructor
-    arguments are passed to ``load(path, module=NoiseLevelExperts(...))``.
+    A model file records this module as its class with its
+    :meth:`constructor_params` (``levels`` and the experts' classes); loading
+    builds each expert class as above and gives it the saved weights, with no
+    module argument (the classes from the allow-list, yours passed as
+    ``load(path, allowed_classes=[...])``). Saving refuses an expert that its
+    class does not build so (a ``FlatMLP(hidden=32)``, whose class builds
+    ``hidden=64``): give it a class that does (a subclass whose ``__init__``
+    takes only ``n_classes``).
 
     Examples
     --------
