@@ -8,23 +8,15 @@ and rebuilds the estimator from it.
 What loading guarantees, whoever wrote the file
 -----------------------------------------------
 - **No code runs.** Nothing is unpickled and nothing is imported by name.
-  The file sets only the parameters of :func:`_is_file_parameter`:
-  smoothsk's own (``alpha``, ``certify_batch_size``, ``device``, ``lr``,
-  ...: plain values), ``module`` and ``optimizer`` (classes), ``training``,
-  ``sigma_search``, ``sampler``, ``allocator`` (components) and
-  ``module__*``/``optimizer__*`` (None, bools, numbers, strings, and lists or
-  tuples of them). ``compile``, ``torch_load_kwargs``, ``callbacks``,
-  ``criterion``, the iterators, ``dataset``, ``train_split``,
-  ``predict_nonlinearity`` and ``use_caching`` can reach code (torch.compile's
-  C++ build takes its flags from ``compile__options``) and are refused by
-  name; saving leaves them out, with a warning where they are not at their
-  defaults. Classes come from an allow-list (smoothsk's public classes and
-  ``torch.optim``'s optimizers, plus those the caller passes), and components
-  are rebuilt by calling their class with the saved parameters, which only
-  stores them (scikit-learn's ``__init__`` contract): only classes with
-  ``get_params`` are called so, never a module (built only as ``module`` or
-  a selector, under the budget below) or an optimizer. This follows the line
-  skops draws with its trusted types, with fewer types: only what a saved
+  The file sets only the parameters listed under "Parameters a file may
+  set" (below), each only with the kind of value it takes. Classes come from
+  an allow-list (smoothsk's public classes and ``torch.optim``'s optimizers,
+  plus those the caller passes), and components are rebuilt by calling
+  their class with the saved parameters, which only stores them
+  (scikit-learn's ``__init__`` contract): only classes with ``get_params``
+  are called so, never a module (built only as ``module`` or a selector,
+  under the budget below) or an optimizer. This follows the line skops
+  draws with its trusted types, with fewer types: only what a saved
   estimator needs.
 - **No allocation the file's size does not justify.** Tensors are read
   within the file (safetensors checks every offset). The module (and a
@@ -44,6 +36,31 @@ What loading guarantees, whoever wrote the file
 - **One clear error.** Anything else is refused with one ValueError naming
   the file and the parameter or entry.
 - **What a digest means**: see :mod:`smoothsk._model_file`.
+
+Parameters a file may set
+-------------------------
+Those of :func:`_is_file_parameter`, each with one kind of value:
+
+- smoothsk's own (``alpha``, ``certify_batch_size``, ``device``, ``lr``,
+  ...): None, a bool, a number or a string;
+- ``module`` and ``optimizer``: a class;
+- ``training``, ``sigma_search``, ``sampler``, ``allocator``: None or a
+  component;
+- ``optimizer__*``: None, bools, numbers, strings, and lists or tuples of
+  them;
+- ``module__*``: those, and module classes (``{"type": name}``, alone or in
+  a list or tuple), so that a module may take the classes of its parts, as
+  :class:`~smoothsk.experts.NoiseLevelExperts` takes its experts'. Such a
+  class comes from the allow-list and is only passed to the module's
+  constructor, which runs in the budgeted build above; a component
+  (``{"class": ..., "params": ...}``) or a class that is not a module is
+  refused there: a ``module__*`` value builds nothing itself.
+
+``compile``, ``torch_load_kwargs``, ``callbacks``, ``criterion``, the
+iterators, ``dataset``, ``train_split``, ``predict_nonlinearity`` and
+``use_caching`` can reach code (torch.compile's C++ build takes its flags
+from ``compile__options``) and are refused by name; saving leaves them out,
+with a warning where they are not at their defaults.
 
 What loading gives is what was saved
 ------------------------------------
@@ -83,7 +100,15 @@ string or a list; a tuple as ``{"tuple": [...]}``, a dict with string keys as
 ``{"type": "dotted.Name"}``, and a scikit-learn-style component (an object
 with ``get_params``) as ``{"class": "dotted.Name", "params": {...}}``
 (recursively). Anything else (a function, a ``RandomState``, an array) is
-refused when saving, naming the parameter. A module *instance*
+refused when saving, naming the parameter.
+
+A module *instance* that gives its ``constructor_params()`` (a dict: the
+parameters its class rebuilds it from, such as the levels and the experts'
+classes of :class:`~smoothsk.experts.NoiseLevelExperts`) is recorded as its
+class with those as ``module__*`` parameters (the estimator's own
+``module__*`` parameters must then be empty), and loads without a module
+argument; saving refuses one that its class does not rebuild from them (see
+"What loading gives is what was saved"). Any other module instance
 (``module=MyNet(...)``) is recorded by its class only, and must be passed
 again to :func:`load_estimator`.
 
@@ -115,7 +140,7 @@ from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 from torch.utils.hooks import RemovableHandle
 
-from . import models, regions, sampling, sigma, training
+from . import experts, models, regions, sampling, sigma, training
 from ._atomic import unwritable_reason
 from ._codec import encode
 from ._codec import plain as _plain
@@ -145,6 +170,7 @@ _PLAIN_PARAMETERS = frozenset({"alpha", "batch_size", "certify_autocast", "certi
 _CLASS_PARAMETERS = frozenset({"module", "optimizer"})
 _COMPONENT_PARAMETERS = frozenset({"allocator", "sampler", "sigma_search", "training"})
 _PLAIN_PREFIXES = ("module__", "optimizer__")
+_MODULE_OPTION_PREFIX = "module__"  # whose values may name module classes too
 #: skorch's options of the parameters a file may not set (saving leaves them out, with a warning).
 _TRAINING_SETTING_PREFIXES = ("callbacks__", "compile__", "criterion__", "dataset__", "iterator_train__",
                               "iterator_valid__")
@@ -155,6 +181,7 @@ _SIGMA_FUNCTION_PREFIX = "sigma_search_."
 _TRAIN_SIGMAS = "train_sigmas_"
 _TRAIN_KEYS = "train_keys_"
 _ABSENT = object()  # an attribute one of two compared objects lacks
+_MALFORMED = object()  # a saved value that is not of its parameter's kind
 _ALLOWED = "smoothsk's public classes and torch.optim optimizers"
 
 
@@ -164,7 +191,7 @@ _ALLOWED = "smoothsk's public classes and torch.optim optimizers"
 def _builtin_classes():
     """The allow-list: dotted public name -> class, for classes any file may name."""
     named = {}
-    for module in (sigma, sampling, regions, training, models):
+    for module in (sigma, sampling, regions, training, models, experts):
         for attr in module.__all__:
             if isinstance(getattr(module, attr), type):
                 named[f"{module.__name__}.{attr}"] = getattr(module, attr)
@@ -299,9 +326,27 @@ def _defaults(cls):
     return defaults
 
 
-def _encode_params(estimator, named):
-    """JSON form of the parameters a file may set; warns about the others that are not at their defaults."""
+def _recorded_params(estimator):
+    """The estimator's parameters as a file records them: a module that gives its ``constructor_params()`` as its class.
+
+    Such a module instance becomes its class, and each of its constructor
+    parameters a ``module__<name>`` parameter (see "Parameters in JSON").
+    """
     params = estimator.get_params(deep=False)
+    module = params["module"]
+    if not (isinstance(module, torch.nn.Module) and callable(getattr(module, "constructor_params", None))):
+        return params
+    own = sorted(name for name in params if name.startswith(_MODULE_OPTION_PREFIX))
+    if own:
+        raise ValueError(f"Cannot save {', '.join(own)}: the module is a {type(module).__name__} instance, saved as "
+                         "its class and its constructor_params(), which these parameters would override; remove "
+                         "them (the instance holds its own).")
+    return {**params, "module": type(module),
+            **{_MODULE_OPTION_PREFIX + name: value for name, value in module.constructor_params().items()}}
+
+
+def _encode_params(estimator, params, named):
+    """JSON form of the parameters ``params`` a file may set; warns about the others not at their defaults."""
     defaults = _defaults(type(estimator))
     for name in params:
         if not (_is_file_parameter(name) or name in defaults or name.startswith(_TRAINING_SETTING_PREFIXES)):
@@ -321,6 +366,8 @@ def _encode_params(estimator, named):
             continue
         if name == "module" and isinstance(value, torch.nn.Module):
             encoded[name] = {"instance": class_name(type(value), "module")}
+        elif name.startswith(_MODULE_OPTION_PREFIX):
+            encoded[name] = _encode_plain(value, name, named)
         elif name in _PLAIN_PARAMETERS or name.startswith(_PLAIN_PREFIXES):
             encoded[name] = _encode_plain(value, name)
         else:
@@ -328,16 +375,24 @@ def _encode_params(estimator, named):
     return encoded
 
 
-def _encode_plain(value, where):
-    """JSON form of a plain value: None, bool, a number, a string, or a list or tuple of them."""
+def _encode_plain(value, where, named=None):
+    """JSON form of a plain value: None, bool, a number, a string, or a list or tuple of them.
+
+    With ``named`` (a ``module__*`` value), a module class too, alone or in
+    the list or tuple: ``{"type": name}``, the class recorded in ``named``.
+    """
+    classes = "module classes, " if named is not None else ""
+    what = f"None, bools, numbers, strings, {classes}and lists or tuples of them"
     if isinstance(value, (list, tuple)):
-        items = [_encode_plain(item, f"{where}[{i}]") for i, item in enumerate(value)]
-        if any(isinstance(item, (list, dict)) for item in items):
-            _refuse(where, value, "None, bools, numbers, strings, and lists or tuples of them")
+        items = [_encode_plain(item, f"{where}[{i}]", named) for i, item in enumerate(value)]
+        if any(isinstance(item, list) or isinstance(item, dict) and set(item) != {"type"} for item in items):
+            _refuse(where, value, what)
         return items if isinstance(value, list) else {"tuple": items}
     if value is None or isinstance(value, (bool, str, np.bool_, Integral, Real)):
         return _plain(value, where)
-    return _refuse(where, value, "None, bools, numbers, strings, and lists or tuples of them")
+    if named is not None and isinstance(value, type) and issubclass(value, torch.nn.Module):
+        return encode(value, where, named, class_name)
+    return _refuse(where, value, what)
 
 
 def save_estimator(estimator, path, key=None):
@@ -375,8 +430,8 @@ def save_estimator(estimator, path, key=None):
         raise ValueError(f"Cannot save {path}: {reason}.")
     named = {}
     sigma_function = _encode_sigma_function(estimator, named)
-    module = estimator.module
-    encoded = _encode_params(estimator, named)
+    params = _recorded_params(estimator)
+    encoded = _encode_params(estimator, params, named)
     tensors = _fitted_tensors(estimator)
     _, region_attributes = estimator.regions_.to_arrays()
     document = {
@@ -391,7 +446,7 @@ def save_estimator(estimator, path, key=None):
         "sigma_search_": sigma_function,
         "tensors": {name: tensor_spec(tensor) for name, tensor in tensors.items()},
     }
-    _check_rebuilt(estimator, document, tensors, f"Cannot save {path}", module, named)
+    _check_rebuilt(estimator, document, tensors, f"Cannot save {path}", params["module"], named)
     write_model_file(path, document, tensors, key)
 
 
@@ -558,7 +613,7 @@ def _decode_params(document, classes, module, source):
     for name, value in saved.items():
         if not _is_file_parameter(name):
             raise ValueError(f"{source}: parameter {name!r} is not one a model file may set (only smoothsk's "
-                             "parameters, the module, the optimizer and plain module__*/optimizer__* values; "
+                             "parameters, the module, the optimizer and module__*/optimizer__* values; "
                              "callbacks, compile, criterion, iterators, datasets and torch_load_kwargs can name "
                              "code): set it in Python after loading if you need it.")
         if name == "module" and module is not None:
@@ -576,7 +631,8 @@ def _decode_params(document, classes, module, source):
                                  f"({{'class': name, 'params': {{...}}}}); got {value!r}.")
             params[name] = _decode(value, name, classes, source)
         else:
-            params[name] = _decode_plain(value, name, name in _PLAIN_PARAMETERS, source)
+            module_classes = classes if name.startswith(_MODULE_OPTION_PREFIX) else None
+            params[name] = _decode_plain(value, name, name in _PLAIN_PARAMETERS, source, module_classes)
     device = params.get("device")
     if isinstance(device, str) and device.startswith("cuda") and not torch.cuda.is_available():
         warnings.warn(f"{source} was saved with device={device!r}, but CUDA is not available: loading it "
@@ -585,17 +641,41 @@ def _decode_params(document, classes, module, source):
     return params
 
 
-def _decode_plain(value, name, scalar, source):
-    """The plain value ``value`` of parameter ``name``: a scalar, or (unless ``scalar``) a list or tuple of them."""
+def _decode_plain(value, name, scalar, source, module_classes=None):
+    """The plain value ``value`` of parameter ``name``: a scalar, or (unless ``scalar``) a list or tuple of them.
+
+    With ``module_classes`` (a ``module__*`` parameter), a scalar may also be
+    a module class, ``{"type": name}``, looked up there only; nothing is
+    built from the file's values (see "Parameters a file may set").
+    """
+    items = value.get("tuple") if isinstance(value, dict) and set(value) == {"tuple"} else value
+    if not scalar and isinstance(items, list):
+        decoded = [_decode_scalar(item, f"{name}[{i}]", module_classes, source) for i, item in enumerate(items)]
+        if all(item is not _MALFORMED for item in decoded):
+            return decoded if items is value else tuple(decoded)
+    else:
+        decoded = _decode_scalar(value, name, module_classes, source)
+        if decoded is not _MALFORMED:
+            return decoded
+    if scalar:
+        kinds = "None, a bool, a number or a string"
+    else:
+        kinds = ("None, a bool, a number, a string, " + ("a module class ({'type': name}), " if module_classes else "")
+                 + "or a list or tuple of them")
+    raise ValueError(f"{source}: parameter {name!r} must be {kinds}; got {value!r}.")
+
+
+def _decode_scalar(value, where, module_classes, source):
+    """A plain scalar, or (with ``module_classes``) a module class named ``{"type": name}``; else ``_MALFORMED``."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    items = value.get("tuple") if isinstance(value, dict) and set(value) == {"tuple"} else value
-    if not scalar and isinstance(items, list) and all(
-            item is None or isinstance(item, (bool, int, float, str)) for item in items):
-        return items if items is value else tuple(items)
-    raise ValueError(f"{source}: parameter {name!r} must be " + (
-        "None, a bool, a number or a string" if scalar else
-        "None, a bool, a number, a string, or a list or tuple of them") + f"; got {value!r}.")
+    if module_classes is None or not (isinstance(value, dict) and set(value) == {"type"}):
+        return _MALFORMED
+    cls = _lookup(value["type"], where, module_classes, source)
+    if not issubclass(cls, torch.nn.Module):
+        raise ValueError(f"{source}: parameter {where} names {value['type']}, which is not a module class: a "
+                         "module__ parameter names only module classes (nothing else is passed to a module).")
+    return cls
 
 
 def load_estimator(cls, path, module=None, allowed_classes=(), key=None):
@@ -612,8 +692,9 @@ def load_estimator(cls, path, module=None, allowed_classes=(), key=None):
     path : str or path-like
     module : torch.nn.Module class or instance, optional
         The module to use instead of the saved ``module`` parameter (required
-        when the module was saved as an instance, or its class is not on the
-        allow-list). An instance receives the saved weights.
+        when the module was saved as an instance without
+        ``constructor_params()``, or its class is not on the allow-list). An
+        instance receives the saved weights.
     allowed_classes : sequence of type, default=()
         Further classes the file may name (your own components or modules).
     key : bytes, optional

@@ -27,6 +27,7 @@ from . import _certification, _checkpoint, _params, _stages, _validation
 from ._persistence import load_estimator, save_estimator
 from ._training_steps import NoisyTrainingSteps
 from .certificates import ABSTAIN
+from .experts import materialize
 from .regions import RegionStore
 from .sigma import BaseCertifiedSigma, SigmaFitContext
 from .statistics import top_two_test
@@ -395,8 +396,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             module = self.initialized_instance(self.module, kwargs)
             if hasattr(self, "input_shape_") and any(
                     isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
-                with torch.no_grad():  # materialise lazy layers before the optimizer sees them
-                    module(torch.zeros((1,) + self.input_shape_))
+                with torch.no_grad():  # materialise lazy layers before the optimizer sees them (every expert's)
+                    materialize(module, torch.zeros((1,) + self.input_shape_))
         return module
 
     # --------------------------------------------------------------- inference
@@ -631,7 +632,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             refused with an unkeyed one.
         module : torch.nn.Module class or instance, optional
             Replaces the saved ``module``: needed for your own module class,
-            or when the module was an instance (which receives the weights).
+            or when the module was an instance (which receives the weights),
+            unless the instance gave its ``constructor_params()`` (a
+            :class:`~smoothsk.experts.NoiseLevelExperts` does), which the
+            file rebuilds it from.
         allowed_classes : sequence of type, default=()
             Your own classes (components, modules) that the file may name.
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["NoiseLevelExperts", "forward", "takes_noise_level"]
+__all__ = ["NoiseLevelExperts", "forward", "materialize", "takes_noise_level"]
 
 
 def takes_noise_level(module):
@@ -49,6 +49,34 @@ def forward(module, x, sigma):
     if takes_noise_level(module):
         return module(x, sigma)
     return module(x)
+
+
+def materialize(module, x):
+    """Run ``module`` once on ``x`` at each noise level it takes, so that every lazy layer gets its shape.
+
+    A module that takes the noise level (:func:`takes_noise_level`) is
+    called as ``module(x, level)`` for each of its ``levels``, a float
+    each, which runs every expert of a :class:`NoiseLevelExperts` without
+    reading a tensor's values: this works on torch's ``meta`` device too,
+    where a module from a file is first built.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    x : torch.Tensor, shape (batch, *input_shape)
+        A probe input (its values do not matter).
+
+    Examples
+    --------
+    >>> from smoothsk.models import FlatMLP
+    >>> with torch.device("meta"):
+    ...     experts = NoiseLevelExperts((0.25, 1.0), (FlatMLP, FlatMLP), n_classes=3)
+    ...     materialize(experts, torch.zeros(1, 5))
+    >>> [expert.layers[1].weight.shape for expert in experts.experts]
+    [torch.Size([64, 5]), torch.Size([64, 5])]
+    """
+    for level in module.levels if takes_noise_level(module) else (None,):
+        forward(module, x, level)
 
 
 class NoiseLevelExperts(nn.Module):
@@ -83,10 +111,14 @@ class NoiseLevelExperts(nn.Module):
 
     Notes
     -----
-    A model file records this module as its class with ``levels`` and the
-    experts' classes; loading builds each expert class as above and gives it
-    the saved weights. Experts whose classes need other constructor
-    arguments are passed to ``load(path, module=NoiseLevelExperts(...))``.
+    A model file records this module as its class with its
+    :meth:`constructor_params` (``levels`` and the experts' classes); loading
+    builds each expert class as above and gives it the saved weights, with no
+    module argument (the classes from the allow-list, yours passed as
+    ``load(path, allowed_classes=[...])``). Saving refuses an expert that its
+    class does not build so (a ``FlatMLP(hidden=32)``, whose class builds
+    ``hidden=64``): give it a class that does (a subclass whose ``__init__``
+    takes only ``n_classes``).
 
     Examples
     --------
@@ -130,7 +162,9 @@ class NoiseLevelExperts(nn.Module):
         ----------
         x : torch.Tensor, shape (batch, *input_shape)
         sigma : float or torch.Tensor of shape (batch,)
-            Noise level of each row; each must be one of ``levels``.
+            Noise level of each row; each must be one of ``levels``. A float
+            is the level of every row, its expert found without reading a
+            tensor (so on torch's ``meta`` device too).
 
         Returns
         -------
@@ -146,16 +180,17 @@ class NoiseLevelExperts(nn.Module):
         if sigma is None:
             raise TypeError("NoiseLevelExperts routes each row to the expert of its noise level: call it as "
                             "module(x, sigma), sigma the level of each row (smoothsk's engine does).")
+        if isinstance(sigma, (int, float)):
+            if sigma not in self.levels:
+                raise self._no_expert(sigma)
+            return self.experts[self.levels.index(sigma)](x)
         sigma = torch.as_tensor(sigma, device=x.device)
         sigma = sigma.expand(len(x)) if sigma.ndim == 0 else sigma
         # Exact comparison in the dtype the levels were sampled at: the engine draws at these levels' values.
         match = sigma[:, None] == self._levels.to(sigma.dtype)[None, :]  # (batch, K)
         found = match.any(dim=1)
         if not bool(found.all()):
-            level = float(sigma[~found][0])
-            raise ValueError(f"NoiseLevelExperts has no expert for noise level {level!r}; its levels are "
-                             f"{list(self.levels)}: sample it only at those (e.g. a CertifiedSigmaSelector "
-                             "with the same levels).")
+            raise self._no_expert(float(sigma[~found][0]))
         which = match.to(torch.int64).argmax(dim=1)
         first = int(which[0])
         if bool((which == first).all()):  # one level in the batch: no gather
@@ -168,6 +203,11 @@ class NoiseLevelExperts(nn.Module):
                 logits = out.new_empty((len(x),) + tuple(out.shape[1:]))
             logits[rows] = out
         return logits
+
+    def _no_expert(self, level):
+        return ValueError(f"NoiseLevelExperts has no expert for noise level {level!r}; its levels are "
+                          f"{list(self.levels)}: sample it only at those (e.g. a CertifiedSigmaSelector with the "
+                          "same levels).")
 
     def extra_repr(self):
         return f"levels={list(self.levels)}"

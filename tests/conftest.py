@@ -13,10 +13,11 @@ import torch
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import load_digits_images
 from smoothsk.engine import MonteCarloEngine
-from smoothsk.models import DigitsCNN
+from smoothsk.experts import NoiseLevelExperts
+from smoothsk.models import DigitsCNN, FlatMLP
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import FixedSigma
-from smoothsk.training import FixedSigmaTraining
+from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma
+from smoothsk.training import FixedSigmaTraining, Pretrained
 
 
 @pytest.fixture(autouse=True)
@@ -48,6 +49,32 @@ def fitted_digits_cnn(digits_split):
         DigitsCNN, module__width=8, training=FixedSigmaTraining(0.25), sampler=FixedSampler(n=200, n0=20),
         max_epochs=8, lr=0.05, optimizer__momentum=0.9, batch_size=32, certify_batch_size=256, random_state=0)
     return clf.fit(X_train, y_train)
+
+
+@pytest.fixture(scope="session")
+def fitted_experts():
+    """Three FlatMLP experts (levels 0.25, 0.5, 1) certified as they are, with a fitted selector (do not mutate).
+
+    ``Pretrained`` with a ``CertifiedSigmaSelector(n=200, selector_epochs=1)``
+    fitted on 60 inputs of 5 features; the experts are untrained (their
+    weights are as built, seeded), which is all a round trip needs.
+
+    Returns
+    -------
+    estimator : SampleWiseSmoothedClassifier
+    X : ndarray of float32, shape (60, 5)
+    y : ndarray of int64, shape (60,)
+    """
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 5)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    experts = [FlatMLP(n_classes=2) for _ in range(3)]
+    for expert in experts:
+        expert(torch.zeros(1, 5))  # trained elsewhere: its lazy layer has its shape
+    clf = SampleWiseSmoothedClassifier(
+        NoiseLevelExperts((0.25, 0.5, 1.0), experts), training=Pretrained(), max_epochs=0, random_state=0,
+        sigma_search=CertifiedSigmaSelector(n=200, n0=20, selector_epochs=1), sampler=FixedSampler(n=200, n0=20))
+    return clf.fit(X, y), X, y
 
 
 def forbid(monkeypatch, owner, name, reason):

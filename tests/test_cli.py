@@ -65,6 +65,23 @@ class TestFitCertify:
         # The statement of the certificates' classifier (TestCertificateGuarantee checks its wording).
         assert {row["guarantee"] for row in rows} == {details.guarantee}
 
+    def test_certify_a_saved_set_of_experts_with_its_selector(self, fitted_experts, tmp_path):
+        """The model file alone rebuilds the experts: no module to pass, as the command line has none."""
+        clf, X, y = fitted_experts
+        clf.save(tmp_path / "experts.safetensors")
+        np.savez(tmp_path / "data.npz", X=X[:20], y=y[:20])
+        out = tmp_path / "certificates.csv"
+        assert main(["certify", str(tmp_path / "experts.safetensors"), str(tmp_path / "data.npz"), "--out", str(out),
+                     "--n", "100", "--n0", "10"]) == 0
+        rows = read_csv(out)
+        loaded = SampleWiseSmoothedClassifier.load(tmp_path / "experts.safetensors")
+        prediction, radius, details = loaded.set_params(sampler__n=100, sampler__n0=10).certify(
+            X[:20], return_details=True)
+        assert [int(row["prediction"]) for row in rows] == prediction.tolist()
+        assert [float(row["radius"]) for row in rows] == radius.tolist()
+        assert [float(row["sigma"]) for row in rows] == details.sigma.tolist()
+        assert len({row["sigma"] for row in rows}) > 1  # the selector routes inputs to several experts
+
     def test_fit_saves_the_preset_module_and_seed(self, npz_data, tmp_path):
         clf = SampleWiseSmoothedClassifier.load(npz_data[3])
         assert clf.module is FlatMLP and clf.random_state == 3 and clf.max_epochs == 2

@@ -19,11 +19,12 @@ from torch import nn
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk import _persistence as persistence
 from smoothsk.datasets import make_heterogeneous_margins
+from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import DigitsCNN, FlatMLP
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, SemiElasticSigma
-from smoothsk.training import GaussianNoise, PretrainFinetune
+from smoothsk.training import GaussianNoise, Pretrained, PretrainFinetune
 
 from conftest import LinearLogits
 
@@ -116,6 +117,19 @@ class HookedNet(nn.Module):
 
     def forward(self, x):
         return self.linear(x.flatten(1))
+
+
+class ActivatedNet(nn.Module):
+    """A linear layer, then an activation given as a module class (anything else: none)."""
+
+    def __init__(self, n_classes=2, activation=nn.ReLU):
+        super().__init__()
+        self.linear = nn.Linear(2, n_classes)
+        is_module = isinstance(activation, type) and issubclass(activation, nn.Module)
+        self.activation = activation() if is_module else nn.Identity()
+
+    def forward(self, x):
+        return self.activation(self.linear(x.flatten(1)))
 
 
 class LegacyNormNet(nn.Module):
@@ -601,3 +615,95 @@ class TestCertifiedSigmaFunctions:
         with pytest.raises(ValueError, match=r"forged\.safetensors: sigma_search_ of a SemiElasticSigma must hold "
                                              r"exactly 'training_inputs' \(float64, shape \(n_train >= k=1, 2\)\)"):
             load(tmp_path / "forged.safetensors", module=clf.module)
+
+
+class TestModuleClassParameters:
+    """A module parameter may name module classes (a module built from the classes of its parts)."""
+
+    def test_a_module_parameter_may_be_a_module_class(self, tmp_path):
+        clf, X = fit_two_features(ActivatedNet, module__activation=nn.Tanh)
+        clf.save(tmp_path / "model.safetensors")
+        with pytest.raises(ValueError, match=r"parameter module__activation names the class 'torch\.nn\.modules\."
+                                             r"activation\.Tanh', which is not on the allow-list"):
+            load(tmp_path / "model.safetensors", allowed_classes=[ActivatedNet])
+        loaded = load(tmp_path / "model.safetensors", allowed_classes=[ActivatedNet, nn.Tanh])
+        assert loaded.module__activation is nn.Tanh
+        assert_same_certificates(clf, loaded, X)
+
+    @pytest.mark.parametrize("value", [FixedSampler, (nn.Tanh, [nn.ReLU])])
+    def test_module_parameters_name_only_module_classes_alone_or_in_a_list_or_tuple(self, value, tmp_path):
+        clf, _ = fit_two_features(ActivatedNet, module__activation=value)
+        with pytest.raises(ValueError, match=r"Cannot save parameter module__activation.*: a saved model holds "
+                                             r"only None, bools, numbers, strings, module classes, and lists or "
+                                             r"tuples of them"):
+            clf.save(tmp_path / "model.safetensors")
+        assert os.listdir(tmp_path) == []
+
+
+class TestNoiseLevelExperts:
+    """A module of experts per noise level is saved as its class, its levels and its experts' classes."""
+
+    def test_experts_and_their_selector_round_trip_without_a_module_argument(self, fitted_experts, tmp_path):
+        clf, X, _ = fitted_experts
+        clf.save(tmp_path / "experts.safetensors")
+        loaded = load(tmp_path / "experts.safetensors")
+        assert loaded.module is NoiseLevelExperts
+        assert loaded.get_params_for("module") == {"levels": (0.25, 0.5, 1.0), "experts": (FlatMLP,) * 3}
+        assert loaded.module_.levels == clf.module_.levels
+        for key, tensor in clf.module_.state_dict().items():
+            assert torch.equal(loaded.module_.state_dict()[key], tensor), key
+        for key, tensor in clf.sigma_search_.selector_module_.state_dict().items():
+            assert torch.equal(loaded.sigma_search_.selector_module_.state_dict()[key], tensor), key
+        _, _, details = clf.certify(X, return_details=True)
+        assert len(np.unique(details.sigma)) > 1  # the selector routes inputs to several experts
+        assert_same_g_certificates(clf, loaded, X)
+
+    def test_a_loaded_set_of_experts_is_refit_only_as_the_trained_instance(self, fitted_experts, tmp_path):
+        clf, X, y = fitted_experts
+        clf.save(tmp_path / "experts.safetensors")
+        loaded = load(tmp_path / "experts.safetensors")
+        with pytest.raises(ValueError, match=r"module must be the trained torch\.nn\.Module instance.*"
+                                             r"set_params\(module=estimator\.module_\)"):
+            loaded.fit(X, y)
+
+    def test_expert_classes_not_on_the_allow_list_need_explicit_allowance(self, tmp_path):
+        X = np.random.default_rng(0).normal(size=(20, 64)).astype(np.float32)
+        y = (X[:, 0] > 0).astype(np.int64)
+        clf = SampleWiseSmoothedClassifier(
+            NoiseLevelExperts((0.25, 0.5), [TinyNet(n_classes=2), TinyNet(n_classes=2)]), training=Pretrained(),
+            sampler=FixedSampler(n=100, n0=10), max_epochs=0, random_state=0).fit(X, y)
+        clf.save(tmp_path / "experts.safetensors")
+        with pytest.raises(ValueError, match=r"parameter module__experts\[0\] names the class '.*TinyNet', which "
+                                             r"is not on the allow-list.*allowed_classes=\[TheClass\]"):
+            load(tmp_path / "experts.safetensors")
+        loaded = load(tmp_path / "experts.safetensors", allowed_classes=[TinyNet])
+        assert loaded.get_params_for("module")["experts"] == (TinyNet, TinyNet)
+        assert_same_certificates(clf, loaded, X)
+
+    def test_the_estimator_s_own_module_parameters_are_refused_beside_the_experts(self, tmp_path):
+        """The instance gives the module's parameters: others would rebuild another module."""
+        X = np.random.default_rng(0).normal(size=(20, 5)).astype(np.float32)
+        experts = NoiseLevelExperts((0.25, 0.5), (FlatMLP, FlatMLP), n_classes=2)
+        clf = SampleWiseSmoothedClassifier(experts, module__levels=(0.25, 0.5), module__experts=(FlatMLP, FlatMLP),
+                                           training=Pretrained(), sampler=FixedSampler(n=100, n0=10),
+                                           max_epochs=0, random_state=0).fit(X, (X[:, 0] > 0).astype(np.int64))
+        with pytest.raises(ValueError, match=r"Cannot save module__experts, module__levels: the module is a "
+                                             r"NoiseLevelExperts instance, saved as its class and its "
+                                             r"constructor_params\(\)"):
+            clf.save(tmp_path / "experts.safetensors")
+        assert os.listdir(tmp_path) == []
+
+    def test_experts_their_classes_cannot_rebuild_are_refused_at_saving(self, tmp_path):
+        """A FlatMLP of another width than its class's default: the file could not rebuild it."""
+        X = np.random.default_rng(0).normal(size=(20, 5)).astype(np.float32)
+        experts = [FlatMLP(n_classes=2, hidden=8), FlatMLP(n_classes=2)]
+        for expert in experts:
+            expert(torch.zeros(1, 5))
+        clf = SampleWiseSmoothedClassifier(NoiseLevelExperts((0.25, 0.5), experts), training=Pretrained(),
+                                           sampler=FixedSampler(n=100, n0=10), max_epochs=0,
+                                           random_state=0).fit(X, (X[:, 0] > 0).astype(np.int64))
+        with pytest.raises(ValueError, match=r"Cannot save .*experts\.safetensors: module_ tensor "
+                                             r"'experts\.0\.layers\.1\.weight' has .*\[8, 5\].* in the file, "
+                                             r"but the NoiseLevelExperts built from the saved parameters has"):
+            clf.save(tmp_path / "experts.safetensors")
+        assert os.listdir(tmp_path) == []

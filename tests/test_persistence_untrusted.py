@@ -8,6 +8,7 @@ the test instead of the machine.
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,9 +20,12 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import CifarResNet, FlatMLP
 from smoothsk.sampling import FixedSampler
 from smoothsk.training import FixedSigmaTraining
+
+from conftest import forbid
 
 load = SampleWiseSmoothedClassifier.load
 
@@ -96,6 +100,14 @@ def refused_in_subprocess(paths):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def experts_file(fitted_experts, tmp_path_factory):
+    """Three FlatMLP experts with a fitted selector, saved: the file the experts' forgeries start from."""
+    path = tmp_path_factory.mktemp("experts") / "experts.safetensors"
+    fitted_experts[0].save(path)
+    return path
+
+
 # ---------------------------------------------------------------- code execution
 
 class TestNothingInAFileRunsCode:
@@ -135,7 +147,8 @@ class TestNothingInAFileRunsCode:
             load(evil)
 
     @pytest.mark.parametrize(("name", "value"), [
-        ("module__hidden", {"type": "smoothsk.models.FlatMLP"}),
+        ("module__hidden", {"class": "smoothsk.models.FlatMLP", "params": {"hidden": 8}}),
+        ("optimizer__momentum", {"type": "smoothsk.models.FlatMLP"}),
         ("optimizer__momentum", {"class": "smoothsk.sampling.FixedSampler", "params": {"n": 10, "n0": 1}}),
         ("module__hidden", {"dict": {"a": 1}}),
         ("lr", [0.1]),
@@ -172,6 +185,57 @@ class TestNothingInAFileRunsCode:
                   metadata={"smoothsk": text, "smoothsk_sha256": digest.hexdigest()})
         with pytest.raises(ValueError, match=r"deep\.safetensors: "):
             load(tmp_path / "deep.safetensors")
+
+
+class TestForgedExperts:
+    """A module parameter names classes only from the allow-list, and only module classes; it builds nothing."""
+
+    @pytest.mark.parametrize("name", ["os.system", "smoothsk_never_imported.Payload", "torch.nn.Linear"])
+    def test_an_expert_class_outside_the_allow_list_is_refused_before_anything_is_built(
+            self, name, experts_file, tmp_path, monkeypatch):
+        forbid(monkeypatch, NoiseLevelExperts, "__init__", "a module was built from a refused file")
+        forbid(monkeypatch, os, "system", "a class named in the file was called")
+        experts = {"tuple": [{"type": "smoothsk.models.FlatMLP"}, {"type": name}, {"type": "smoothsk.models.FlatMLP"}]}
+        evil = forged_with(experts_file, tmp_path / "evil.safetensors", module__experts=experts)
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter module__experts\[1\] names the class "
+                                             rf"'{name}', which is not on the allow-list.*nothing was imported"):
+            load(evil)
+        assert "smoothsk_never_imported" not in sys.modules
+
+    @pytest.mark.parametrize("value", [
+        {"tuple": [{"class": "smoothsk.models.FlatMLP", "params": {"hidden": 10**9}}] * 3},
+        {"class": "smoothsk.experts.NoiseLevelExperts",
+         "params": {"levels": [0.25], "experts": [{"type": "smoothsk.models.FlatMLP"}]}},
+        [[{"type": "smoothsk.models.FlatMLP"}]] * 3,
+        {"tuple": [{"type": "smoothsk.models.FlatMLP", "params": {}}] * 3},
+    ], ids=["component items", "component", "nested", "class with extra keys"])
+    def test_a_module_parameter_is_never_a_component_built_from_the_file(self, value, experts_file, tmp_path,
+                                                                        monkeypatch):
+        forbid(monkeypatch, NoiseLevelExperts, "__init__", "a module was built from a refused file")
+        forbid(monkeypatch, FlatMLP, "__init__", "a module was built from the file's values")
+        evil = forged_with(experts_file, tmp_path / "evil.safetensors", module__experts=value)
+        with pytest.raises(ValueError, match=r"evil\.safetensors: parameter 'module__experts' must be None, a bool, "
+                                             r"a number, a string, a module class \(\{'type': name\}\), or a list "
+                                             r"or tuple of them; got "):
+            load(evil)
+
+    @pytest.mark.parametrize("name", ["smoothsk.sampling.FixedSampler", "torch.optim.SGD"])
+    def test_a_module_parameter_names_only_module_classes(self, name, experts_file, tmp_path, monkeypatch):
+        forbid(monkeypatch, NoiseLevelExperts, "__init__", "a module was built from a refused file")
+        evil = forged_with(experts_file, tmp_path / "evil.safetensors", module__experts={"tuple": [{"type": name}] * 3})
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter module__experts\[0\] names {name}, "
+                                             r"which is not a module class"):
+            load(evil)
+
+    def test_many_experts_are_refused_by_the_module_s_budget(self, experts_file, tmp_path):
+        """2,000 experts from 12 tensors of weights: the build on the meta device stops at the budget."""
+        levels = {"tuple": [0.25 + i / 1000 for i in range(2000)]}
+        experts = {"tuple": [{"type": "smoothsk.models.FlatMLP"}] * 2000}
+        evil = forged_with(experts_file, tmp_path / "evil.safetensors", module__levels=levels,
+                           module__experts=experts)
+        with pytest.raises(ValueError, match=r"evil\.safetensors: the module_ built from the saved parameters would "
+                                             r"hold more than the file's 12 tensors of it justify"):
+            load(evil)
 
 
 # ------------------------------------------------------------------ one clear error

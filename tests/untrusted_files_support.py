@@ -60,6 +60,7 @@ PARAMETER_NAMES = [
     "callbacks__print_log__sink", "criterion", "criterion__weight", "iterator_train", "iterator_train__collate_fn",
     "iterator_valid", "dataset", "train_split", "predict_nonlinearity", "use_caching", "module_", "classes_",
     "history", "_params_to_validate", "initialized_", "__class__", "__dict__", "", "module__", "module____init__",
+    "module__experts", "module__levels",
 ]
 #: Dotted class names a mutation writes: allowed ones, the estimator's own and names of code.
 CLASS_NAMES = [
@@ -74,6 +75,7 @@ CLASS_NAMES = [
     "skorch.NeuralNet", "torch.nn.Module", "torch.nn.Linear", "os.system", "subprocess.Popen", "builtins.eval",
     "builtins.exec", "builtins.__import__", "posix.system", "pickle.loads", "torch.load", "numpy.load",
     "smoothsk.models.torch.nn.Linear", "smoothsk.models.FlatMLP.__init__", "smoothsk.models", "", ".", "os.system\n",
+    "smoothsk.experts.NoiseLevelExperts", "smoothsk.experts.forward",
 ]
 #: numpy dtype strings for classes_.
 DTYPES = ["<i8", "|O", "O", "V8", "<U500000000", "<U0", "<U1", "<U256", "|S5", "<f2", "<f8", "?", "|b1", "|i1",
