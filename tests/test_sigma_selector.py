@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import pytest
 import torch
-from scipy import optimize, stats
+from scipy import optimize
 from sklearn.exceptions import NotFittedError
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
@@ -33,9 +33,8 @@ from smoothsk.training import (
 )
 
 from conftest import LevelSelectorLogits, SlabLogits, slab_probability
+from soundness_support import binomial_bound
 
-#: Error probability of every statistical check here.
-ERROR_PROBABILITY = 1e-6
 LEVELS = (0.25, 2.0)
 SELECTOR_SIGMA = 0.25
 
@@ -71,11 +70,6 @@ def g_disagrees_on_disc(centre, radius, label, levels=LEVELS):
         if disagrees:
             return True
     return False
-
-
-def binomial_bound(n_certificates, alpha):
-    """Largest failure count consistent with failure probability <= alpha per certificate."""
-    return stats.binom.isf(ERROR_PROBABILITY, n_certificates, alpha)
 
 
 def slab_classifier(sigma_search, allocator=None, alpha=0.05, n=2000, **params):
