@@ -368,6 +368,14 @@ class TestFit:
         prediction, radius, details = clf.certify(np.array([[0.0, 0.0]], dtype=np.float32), return_details=True)
         assert details.radius_cap[0] == np.inf and details.sigma_samples[0] == 0 and radius[0] > 0
 
+    def test_one_level_leaves_a_lazy_selector_uninitialised_and_certifies(self):
+        # With one level the selector is never probed: certify compares its uninitialised layer with the fitted one.
+        selector = FlatMLP(n_classes=1, hidden=4)
+        clf = slab_classifier(CertifiedSigmaSelector(levels=(0.5,), selector=selector, n=100), n=100)
+        prediction, _ = clf.certify(np.array([[0.0, 0.0]], dtype=np.float32))
+        assert prediction[0] == 1
+        assert isinstance(selector.layers[1].weight, torch.nn.parameter.UninitializedParameter)
+
     def test_sample_sizes_change_without_refit_but_the_selector_noise_does_not(self):
         clf = slab_classifier(exact_selector(n=200))
         X = disc_inputs(5)
