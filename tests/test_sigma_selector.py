@@ -19,6 +19,7 @@ from sklearn.exceptions import NotFittedError
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk._stages import CERTIFIED_SIGMA_STAGE, PREDICT_STAGE
 from smoothsk.engine import MonteCarloEngine
+from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import FlatMLP
 from smoothsk.regions import MemoryAllocator, NoRegions, OnlineBallAllocator, TransductiveLPAllocator
 from smoothsk.sampling import FixedSampler
@@ -29,10 +30,11 @@ from smoothsk.training import (
     FixedSigmaTraining,
     GaussianNoise,
     Macer,
+    Pretrained,
     PretrainFinetune,
 )
 
-from conftest import LevelSelectorLogits, SlabLogits, slab_probability
+from conftest import LevelSelectorLogits, LinearLogits, SlabLogits, slab_probability
 from soundness_support import binomial_bound
 
 LEVELS = (0.25, 2.0)
@@ -466,6 +468,16 @@ class TestValidation:
         refused = classifier(np.linspace(-0.9, 0.9, 15))
         with pytest.raises(ValueError, match=r"one logit per level: shape \(1, 4\)"):
             refused.fit(X, y)
+        assert not hasattr(refused, "module_")
+
+    @pytest.mark.xfail(strict=True, reason="check_before_fit resolves levels=None from the training schedule's grid "
+                       "(Pretrained: one level, so no check), while fit uses the experts' levels")
+    def test_levels_none_checks_the_selector_against_the_experts_levels_before_fit(self):
+        experts = NoiseLevelExperts((0.25, 0.5, 1.0), [LinearLogits() for _ in range(3)])
+        search = CertifiedSigmaSelector(selector=LevelSelectorLogits((0.0,)), fit_selector=False, n=100)
+        refused = SampleWiseSmoothedClassifier(experts, training=Pretrained(), sigma_search=search, random_state=0)
+        with pytest.raises(ValueError, match=r"one logit per level: shape \(1, 3\)"):
+            refused.fit(disc_inputs(20), [0, 1] * 10)
         assert not hasattr(refused, "module_")
 
     def test_selector_with_the_wrong_number_of_outputs(self):
