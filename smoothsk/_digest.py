@@ -42,7 +42,13 @@ def _cell_contents(cell):
 
 
 def _tensor_form(tensor):
-    """A tensor as its layout, dtype, shape and bytes (a sparse tensor densified)."""
+    """A tensor as its layout, dtype, shape and bytes (a sparse tensor densified).
+
+    A lazy module's parameter or buffer before its first forward has neither
+    shape nor values: it is its kind and dtype.
+    """
+    if isinstance(tensor, torch.nn.parameter.UninitializedTensorMixin):
+        return ("uninitialized", type(tensor).__qualname__, str(tensor.dtype))
     layout = str(tensor.layout)
     tensor = tensor.detach().cpu()
     if tensor.layout != torch.strided:

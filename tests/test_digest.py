@@ -123,3 +123,13 @@ def test_functions_of_one_name_with_other_code_differ():
     assert module_fingerprint(first) != module_fingerprint(second)
     second.act = ACTIVATIONS["identity"]
     assert module_fingerprint(first) == module_fingerprint(second)
+
+
+
+def test_lazy_modules_are_digested_before_their_first_forward():
+    # An uninitialised parameter has no values to read (torch raises on any access to them).
+    lazy = torch.nn.LazyLinear(2)
+    copied = copy.deepcopy(lazy)
+    assert module_fingerprint(lazy) == module_fingerprint(copied)
+    copied(torch.zeros(1, 4))
+    assert module_fingerprint(lazy) != module_fingerprint(copied)

@@ -250,6 +250,52 @@ class TestPacking:
         assert seen and all(seen)
 
 
+class NoiseLevelRecorder(torch.nn.Module):
+    """A module that takes each row's noise level (``module(x, sigma)``) and records both, per batch.
+
+    Attributes
+    ----------
+    batches : list of (torch.Tensor, torch.Tensor)
+        The noisy copies of each call and the level of each of its rows (a
+        scalar level expanded to the batch).
+    """
+
+    takes_noise_level = True
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def forward(self, x, sigma):
+        sigma = torch.as_tensor(sigma)
+        self.batches.append((x.clone(), (sigma.expand(len(x)) if sigma.ndim == 0 else sigma).clone()))
+        return torch.zeros(len(x), 2, dtype=x.dtype)
+
+
+@pytest.mark.usefixtures("noise_path")
+class TestNoiseLevel:
+    @pytest.mark.parametrize("soft", [False, True], ids=["counts", "softmax"])
+    def test_a_module_that_takes_the_noise_level_is_given_each_row_s(self, soft):
+        # 5 inputs of 64 features, input i all 100 i (so a copy's input is its rounded mean / 100), each
+        # at its own level. Batches of 70 copies hold two inputs at different levels, or (70..140) one.
+        sigma = np.array([0.25, 2.0, 0.5, 0.25, 1.0])
+        n_samples = np.array([50, 200, 30, 40, 50])
+        X = (100.0 * torch.arange(5.0))[:, None].repeat(1, 64)
+        recorder = NoiseLevelRecorder()
+        engine = MonteCarloEngine(recorder, 2, batch_size=70, root_seed=0)
+        (engine.mean_softmax if soft else engine.class_counts)(X, sigma, n_samples, (1,))
+        assert any(len(torch.unique(levels)) > 1 for _, levels in recorder.batches)  # mixed levels in one batch
+        noisy = torch.cat([batch for batch, _ in recorder.batches]).double()
+        levels = torch.cat([levels for _, levels in recorder.batches]).double().numpy()
+        owner = torch.round(noisy.mean(dim=1) / 100).long().numpy()
+        np.testing.assert_array_equal(owner, np.repeat(np.arange(5), n_samples))
+        np.testing.assert_array_equal(levels, sigma[owner].astype(np.float32))
+        # The level given is the one each copy's noise was drawn at: ||noise||^2 / level^2 ~ chi2(64).
+        scaled = ((noisy - X[owner].double()) ** 2).sum(dim=1).numpy() / levels**2
+        low, high = stats.chi2.ppf([1e-9, 1 - 1e-9], df=64)
+        assert np.all((scaled > low) & (scaled < high))
+
+
 class LogitsOfWidth(torch.nn.Module):
     """(n, d) -> (n, width) logits voting class ``width - 1`` where x_0 > 5, else class 0."""
 

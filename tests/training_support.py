@@ -1,7 +1,8 @@
-"""What the tests of the training schedules and objectives share: a small digits estimator and recorders."""
+"""What the tests of the training schedules and objectives share: a small digits estimator, recorders, snapshots."""
 
 from functools import cache
 
+import torch
 from skorch.callbacks import Callback
 from torch import nn
 
@@ -72,3 +73,32 @@ class ModeRecorder(nn.Module):
     def forward(self, x):
         self.modes.append(self.training)
         return self.layers(x)
+
+
+def snapshot(module):
+    """A copy of every tensor of ``module``'s state_dict (parameters and buffers).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+    """
+    return {key: value.detach().clone() for key, value in module.state_dict().items()}
+
+
+def assert_bit_identical(module, saved):
+    """Assert that every state_dict tensor of ``module`` equals the ``saved`` one exactly (dtype and values).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    saved : dict of str to torch.Tensor
+        A :func:`snapshot`.
+    """
+    state = module.state_dict()
+    assert state.keys() == saved.keys()
+    for key, value in state.items():
+        assert value.dtype == saved[key].dtype and torch.equal(value, saved[key]), key

@@ -1,0 +1,370 @@
+"""NoiseLevelExperts: one classifier per noise level, each row routed to the expert of its level.
+
+The closed-form model makes ``G(x) = g(x, sigma(x))`` exact everywhere: on
+2-D inputs, each expert is a linear binary classifier (conftest's
+``LinearLogits``), whose smoothed classifier at any noise level is itself
+(its top-class probability is ``Phi(|w.x + b| / (s ||w||))``), and the
+selector over the two levels is linear too, so its smoothed version (at any
+``selector_sigma``) picks the level on the positive side of its line. So
+``G(x') = expert_k(x')(x')``, ``k(x')`` the side of the selector's line, and
+``G`` is constant on a ball exactly when, for each level ``k``, the ball
+misses the intersection of two half-planes: where the selector picks ``k``
+and where expert ``k`` predicts another class (:func:`g_disagrees_on_ball`,
+exact distances, no sampling).
+
+The other tests: certificates do not depend on the other inputs, their
+order, chunks or ``n_jobs``; experts given as trained instances are never
+changed (weights and buffers); the container routes each row to its
+level's expert and refuses what it cannot route. The engine's side (each
+row's level passed to the module) is tested in ``test_engine.py``, and
+``Pretrained``'s own behaviour in ``test_training_pretrained.py``.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy import optimize, stats
+
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk.experts import NoiseLevelExperts
+from smoothsk.models import FlatMLP
+from smoothsk.sampling import FixedSampler
+from smoothsk.sigma import CertifiedSigmaSelector
+from smoothsk.training import Pretrained
+
+from conftest import LinearLogits
+from soundness_support import binomial_bound
+from training_support import assert_bit_identical, snapshot
+
+LEVELS = (0.25, 1.0)
+#: ``(weight, bias)`` of the expert of each level: class 1 where ``weight . x + bias > 0``. Their lines cross
+#: each other and the selector's, so G changes class on both kinds of boundary.
+EXPERT_LINES = (((1.0, -0.5), 0.3), ((-0.4, 1.0), -0.2))
+#: ``(weight, bias)`` of the selector: level ``LEVELS[1]`` where ``weight . x + bias > 0``, else ``LEVELS[0]``.
+SELECTOR_LINE = ((0.6, 0.8), 0.1)
+SELECTOR_SIGMA = 0.25
+#: A large alpha: certificates close to the exact radii, so the soundness check has power.
+ALPHA = 0.25
+
+
+def distance_to_polyhedron(point, normals, offsets):
+    """Exact Euclidean distance from ``point`` to ``{x : normals @ x + offsets >= 0}``.
+
+    The nearest point of the polyhedron is the projection of ``point`` onto
+    the affine subspace where the constraints active there hold with
+    equality (KKT); every subset of constraints is tried, and the nearest
+    candidate that satisfies all of them is the projection.
+
+    Parameters
+    ----------
+    point : array-like of float, shape (d,)
+    normals : array-like of float, shape (m, d)
+    offsets : array-like of float, shape (m,)
+
+    Returns
+    -------
+    float
+        0 inside the polyhedron, ``inf`` where it is empty.
+    """
+    point = np.asarray(point, dtype=np.float64)
+    normals, offsets = np.asarray(normals, dtype=np.float64), np.asarray(offsets, dtype=np.float64)
+    nearest = np.inf
+    for size in range(len(normals) + 1):
+        for active in map(list, itertools.combinations(range(len(normals)), size)):
+            candidate = point
+            if active:
+                step = np.linalg.lstsq(normals[active], -(normals[active] @ point + offsets[active]), rcond=None)[0]
+                candidate = point + step
+                if not np.allclose(normals[active] @ candidate + offsets[active], 0.0, atol=1e-9):
+                    continue  # parallel hyperplanes that never meet
+            if np.all(normals @ candidate + offsets >= -1e-9):
+                nearest = min(nearest, float(np.linalg.norm(candidate - point)))
+    return nearest
+
+
+def g_disagrees_on_ball(centre, radius, label):
+    """Whether ``G(x') != label`` for some ``x'`` of the open ball ``B(centre, radius)`` (its centre if 0).
+
+    For each level ``k``: the half-plane where the selector picks ``k``,
+    intersected with the half-plane where expert ``k`` predicts the other
+    class, must stay at distance ``>= radius`` from ``centre``.
+
+    Parameters
+    ----------
+    centre : array-like of float, shape (2,)
+    radius : float
+    label : int
+        The certified class, 0 or 1.
+
+    Returns
+    -------
+    bool
+    """
+    selector_weight, selector_bias = np.asarray(SELECTOR_LINE[0]), SELECTOR_LINE[1]
+    for level_index, (weight, bias) in enumerate(EXPERT_LINES):
+        picks = 1.0 if level_index == 1 else -1.0  # the selector picks level 1 on the positive side
+        other_class = -1.0 if label == 1 else 1.0  # the side where expert k predicts the other class
+        distance = distance_to_polyhedron(centre, [picks * selector_weight, other_class * np.asarray(weight)],
+                                          [picks * selector_bias, other_class * bias])
+        if distance < radius or distance == 0.0:
+            return True
+    return False
+
+
+def exact_g(X):
+    """``G`` of the closed-form model at each row of ``X`` (shape (n, 2)): its expert's class.
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+    """
+    X = np.asarray(X, dtype=np.float64)
+    level_index = (X @ np.asarray(SELECTOR_LINE[0]) + SELECTOR_LINE[1] > 0).astype(np.int64)
+    z = np.stack([X @ np.asarray(weight) + bias for weight, bias in EXPERT_LINES], axis=1)
+    return (z[np.arange(len(X)), level_index] > 0).astype(np.int64)
+
+
+def closed_form_classifier(n=300, **params):
+    """A fitted estimator around the closed-form experts and selector (no training).
+
+    Parameters
+    ----------
+    n : int
+        Estimation samples of the classifier's and of the selector's certificates.
+    **params
+        Override the estimator's defaults (e.g. ``certify_batch_size``, ``n_jobs``).
+
+    Returns
+    -------
+    SampleWiseSmoothedClassifier
+    """
+    experts = NoiseLevelExperts(LEVELS, [LinearLogits(weight, bias) for weight, bias in EXPERT_LINES])
+    selector = CertifiedSigmaSelector(selector=LinearLogits(*SELECTOR_LINE), fit_selector=False,
+                                      selector_sigma=SELECTOR_SIGMA, n=n, n0=50)
+    params = {"training": Pretrained(), "sigma_search": selector, "sampler": FixedSampler(n=n, n0=50),
+              "alpha": ALPHA, "max_epochs": 0, "random_state": 0, "certify_batch_size": 4000, **params}
+    clf = SampleWiseSmoothedClassifier(experts, **params)
+    return clf.fit(np.zeros((2, 2), dtype=np.float32), [0, 1])
+
+
+def inputs_near_the_selector_line(n_inputs, seed=0):
+    """Inputs within 0.6 of the selector's line, spread 4 along it.
+
+    Returns
+    -------
+    ndarray of float32, shape (n_inputs, 2)
+    """
+    rng = np.random.default_rng(seed)
+    weight = np.asarray(SELECTOR_LINE[0])
+    normal = weight / np.linalg.norm(weight)
+    on_line = -SELECTOR_LINE[1] / np.linalg.norm(weight) * normal
+    along = np.array([-normal[1], normal[0]])
+    X = on_line + np.outer(rng.uniform(-0.6, 0.6, n_inputs), normal) + np.outer(rng.uniform(-2, 2, n_inputs), along)
+    return X.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def closed_form_certificates():
+    """Certificates of 300 inputs near the selector's line: ``(X, prediction, radius, details)``."""
+    X = inputs_near_the_selector_line(300)
+    prediction, radius, details = closed_form_classifier().certify(X, return_details=True)
+    return X, prediction, radius, details
+
+
+class TestExactCheck:
+    def test_distance_to_polyhedron_is_the_numerical_projection(self):
+        rng = np.random.default_rng(0)
+        for dimension in (2, 3):
+            for _ in range(20):
+                point = rng.normal(size=dimension)
+                normals, offsets = rng.normal(size=(2, dimension)), rng.normal(size=2)
+                numerical = optimize.minimize(
+                    lambda x, point=point: np.sum((x - point) ** 2), point, method="trust-constr",
+                    jac=lambda x, point=point: 2 * (x - point), hess=lambda x: 2 * np.eye(len(x)),
+                    constraints=optimize.LinearConstraint(normals, -offsets, np.inf),
+                    options={"gtol": 1e-10, "xtol": 1e-12})
+                assert numerical.success and numerical.constr_violation == 0
+                # The numerical optimum is feasible, from inside: at least as far, and close.
+                exact, numerical = distance_to_polyhedron(point, normals, offsets), np.linalg.norm(numerical.x - point)
+                assert exact <= numerical + 1e-12
+                assert exact == pytest.approx(numerical, abs=1e-3)
+
+    def test_distance_is_zero_inside_and_infinite_for_an_empty_intersection(self):
+        assert distance_to_polyhedron([0.0, 0.0], [[1.0, 0.0], [0.0, 1.0]], [1.0, 1.0]) == 0.0
+        assert distance_to_polyhedron([0.0, 0.0], [[1.0, 0.0], [-1.0, 0.0]], [-1.0, -1.0]) == np.inf
+
+
+class TestSoundnessForG:
+    def test_certificates_of_g_hold_on_their_balls(self, closed_form_certificates):
+        X, prediction, radius, details = closed_form_certificates
+        assert details.guarantee.startswith("G (sample-wise classifier)")
+        certified = np.flatnonzero(prediction != ABSTAIN)
+        # Something to check: most inputs certified, at both levels, by both experts.
+        assert len(certified) > 0.8 * len(X)
+        assert set(details.sigma[certified]) == set(LEVELS)
+        assert np.all(radius[certified] > 0)
+        failures = sum(g_disagrees_on_ball(X[i], radius[i], prediction[i]) for i in certified)
+        assert failures <= binomial_bound(len(certified), ALPHA)
+
+    def test_own_sigma_radii_fail_for_g(self, closed_form_certificates):
+        # R2 alone (the classifier's radius at the chosen level, sigma * PhiInv(p_lower), without the
+        # selector's R1): its balls cross the selector's line into the other expert's class.
+        X, prediction, radius, details = closed_form_certificates
+        certified = np.flatnonzero(prediction != ABSTAIN)
+        own_sigma_radius = details.sigma * stats.norm.ppf(details.p_lower)
+        assert np.mean(own_sigma_radius[certified] > radius[certified]) > 0.5  # R1 caps most radii
+        failures = sum(g_disagrees_on_ball(X[i], own_sigma_radius[i], prediction[i]) for i in certified)
+        assert failures > binomial_bound(len(certified), ALPHA)
+
+    def test_predict_is_g_except_with_probability_alpha(self):
+        X = inputs_near_the_selector_line(300, seed=1)
+        prediction = closed_form_classifier().predict(X)
+        answered = np.flatnonzero(prediction != ABSTAIN)
+        assert len(answered) > 0.8 * len(X)
+        wrong = np.sum(prediction[answered] != exact_g(X[answered]))
+        assert wrong <= binomial_bound(len(answered), ALPHA)
+
+
+class TestStateless:
+    def test_certificates_do_not_depend_on_order_subsets_chunks_or_jobs(self):
+        # A batch of 37 copies (300 per input) often holds two inputs, at different levels: each
+        # arrangement below packs other inputs together.
+        X = inputs_near_the_selector_line(40, seed=2)
+        clf = closed_form_classifier(certify_batch_size=37)
+        reference = clf.certify(X, return_details=True)[2]
+        assert set(reference.sigma[reference.prediction != ABSTAIN]) == set(LEVELS)
+        reversed_ = clf.certify(X[::-1], return_details=True)[2]
+        subset = clf.certify(X[5:17], return_details=True)[2]
+        halves = [clf.certify(half, return_details=True)[2] for half in (X[:20], X[20:])]
+        parallel = clf.set_params(n_jobs=2).certify(X, return_details=True)[2]
+        for name in ("prediction", "radius", "sigma", "p_lower", "radius_cap"):
+            expected = getattr(reference, name)
+            np.testing.assert_array_equal(getattr(reversed_, name), expected[::-1], err_msg=name)
+            np.testing.assert_array_equal(getattr(subset, name), expected[5:17], err_msg=name)
+            np.testing.assert_array_equal(np.concatenate([getattr(half, name) for half in halves]), expected,
+                                          err_msg=name)
+            np.testing.assert_array_equal(getattr(parallel, name), expected, err_msg=name)
+
+
+def trained_expert(seed):
+    """A small trained-looking expert with parameters and batch-norm buffers (running statistics, counter).
+
+    Returns
+    -------
+    torch.nn.Module
+        2 inputs, 2 logits, in training mode (where a forward pass would update its buffers).
+    """
+    torch.manual_seed(seed)
+    expert = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                                 torch.nn.Linear(8, 2))
+    with torch.no_grad():
+        expert[1].running_mean.normal_()
+        expert[1].running_var.uniform_(0.5, 2.0)
+        expert[1].num_batches_tracked.fill_(7)
+    return expert.train()
+
+
+def test_given_trained_experts_are_not_modified():
+    experts = [trained_expert(seed) for seed in (1, 2)]
+    saved = [snapshot(expert) for expert in experts]
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 2)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    selector = FlatMLP(n_classes=2, hidden=4)
+    # Epochs, a learning rate and a selector trained in fit (sampling the experts): none may touch them.
+    clf = SampleWiseSmoothedClassifier(
+        NoiseLevelExperts(LEVELS, experts), training=Pretrained(), max_epochs=3, lr=0.5,
+        sigma_search=CertifiedSigmaSelector(selector=selector, n=100, n0=10, selector_epochs=1),
+        sampler=FixedSampler(n=100, n0=10), random_state=0)
+    clf.fit(X, y)
+    clf.certify(X[:10])
+    clf.predict(X[:10])
+    clf.predict_proba(X[:10])
+    for expert, fitted, state in zip(experts, clf.module_.experts, saved, strict=True):
+        assert_bit_identical(expert, state)
+        assert_bit_identical(fitted, state)
+
+
+class LinearExpert(torch.nn.Module):
+    """``x @ weight`` with a fixed weight: distinguishable experts whose rows do not depend on the batch."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.register_buffer("weight", torch.as_tensor(weight, dtype=torch.float64))
+
+    def forward(self, x):
+        return x.double() @ self.weight
+
+
+class RecordingExpert(LinearExpert):
+    """A :class:`LinearExpert` that records the number of rows of each batch it is called with."""
+
+    def __init__(self, weight):
+        super().__init__(weight)
+        self.batch_sizes = []
+
+    def forward(self, x):
+        self.batch_sizes.append(len(x))
+        return super().forward(x)
+
+
+class TestNoiseLevelExperts:
+    LEVELS = (1.0, 0.25, 0.5)  # not sorted: a level is found by its value
+
+    @staticmethod
+    def experts():
+        rng = np.random.default_rng(0)
+        return [RecordingExpert(rng.normal(size=(3, 4))) for _ in range(3)]
+
+    def test_each_row_is_answered_by_the_expert_of_its_level(self):
+        experts = self.experts()
+        module = NoiseLevelExperts(self.LEVELS, experts)
+        x = torch.randn(7, 3)
+        level_index = [1, 0, 2, 2, 1, 0, 1]
+        sigma = torch.tensor([self.LEVELS[k] for k in level_index], dtype=torch.float32)
+        logits = module(x, sigma)
+        assert [expert.batch_sizes for expert in experts] == [[2], [3], [2]]  # its own rows, in one batch
+        for row, k in enumerate(level_index):
+            torch.testing.assert_close(logits[row], experts[k](x[row:row + 1])[0], rtol=0, atol=0)
+
+    @pytest.mark.parametrize("sigma", [0.5, torch.tensor(0.5), torch.full((4,), 0.5)],
+                             ids=["float", "0-d tensor", "one level per row"])
+    def test_one_level_for_the_batch_is_its_expert(self, sigma):
+        experts = self.experts()
+        x = torch.randn(4, 3)
+        logits = NoiseLevelExperts(self.LEVELS, experts)(x, sigma)
+        torch.testing.assert_close(logits, experts[2](x), rtol=0, atol=0)
+        assert experts[0].batch_sizes == [] and experts[1].batch_sizes == []
+
+    def test_a_level_without_expert_is_refused_naming_it(self):
+        module = NoiseLevelExperts(self.LEVELS, self.experts())
+        with pytest.raises(ValueError, match=r"no expert for noise level 0\.75"):
+            module(torch.randn(3, 3), torch.tensor([0.25, 0.75, 1.0]))
+
+    def test_calling_without_sigma_is_a_type_error(self):
+        with pytest.raises(TypeError, match=r"module\(x, sigma\)"):
+            NoiseLevelExperts(self.LEVELS, self.experts())(torch.randn(2, 3))
+
+    @pytest.mark.parametrize("levels", [(), (0.25, 0.25), (0.25, 0.0), (0.25, -1.0), (0.25, np.inf),
+                                        (0.25, np.nan), ((0.25, 0.5),)],
+                             ids=["empty", "repeated", "zero", "negative", "infinite", "nan", "2-d"])
+    def test_bad_levels_are_refused(self, levels):
+        n_experts = len(levels) if np.ndim(levels) == 1 else 2
+        with pytest.raises(ValueError, match="levels must be"):
+            NoiseLevelExperts(levels, [LinearExpert(np.eye(2)) for _ in range(n_experts)])
+
+    @pytest.mark.parametrize("n_experts", [1, 3])
+    def test_one_expert_per_level(self, n_experts):
+        with pytest.raises(ValueError, match=f"2 levels, {n_experts} experts"):
+            NoiseLevelExperts((0.25, 0.5), [LinearExpert(np.eye(2)) for _ in range(n_experts)])
+
+    def test_an_expert_that_is_no_module_is_refused_naming_it(self):
+        with pytest.raises(TypeError, match=r"experts\[1\]"):
+            NoiseLevelExperts((0.25, 0.5), [LinearExpert(np.eye(2)), lambda x: x])
+
+    def test_expert_classes_are_built_with_n_classes(self):
+        module = NoiseLevelExperts((0.25, 0.5), [FlatMLP, FlatMLP], n_classes=3)
+        assert module(torch.zeros(2, 5), torch.tensor([0.25, 0.5])).shape == (2, 3)
+        assert module.experts[0] is not module.experts[1]
