@@ -10,13 +10,23 @@ published ACR of the same training on the same 500 images (Jeong and Shin
 
 Rows: Gaussian (Cohen et al.), Consistency (m = 2, eta 0.5, lambda 10 at sigma
 0.25 and 5 at 0.5 and 1.0), MACER, SmoothAdv (PGD, 10 steps, epsilon 1.0,
-m = 4) and SmoothAdv + Consistency.
+m = 4) and SmoothAdv + Consistency. Per-input sigma over one training's three
+models (``router-<training>``): the three LeNets as experts of a
+``NoiseLevelExperts``, used as trained (``Pretrained``), routed by a
+``CertifiedSigmaSelector`` with its defaults fitted on the training split:
+certificates of ``G``, stateless, its samples per image counting the
+selector's, and the share of correct images whose radius the selector's R1
+caps. ``oracle-<training>``: each image's best of the three by their own
+certificates, a ceiling and not a certificate.
 
 Long: each row's model and certification are checkpointed under ``--out``
 (default ``benchmarks/results/mnist``): rerun the same command after an
 interruption and finished rows are read back, a row being certified resumes
 after its last finished chunk. ``--quick`` is n = 10,000 on the first 100
-certify images with 10 epochs; ``--rows`` picks rows (``gaussian-0.25,...``).
+certify images with 10 epochs; ``--rows`` picks rows (``gaussian-0.25,...``,
+``router-gaussian``, ``oracle-gaussian``). Models are stored once per training
+and epochs (``gaussian-sigma0.5-e30.safetensors``): ``--n`` and ``--images``
+certify the same models.
 
 Run ``python benchmarks/bench_mnist.py [--quick] [--rows ...] [--data ../shared/data/mnist]``.
 """
@@ -29,10 +39,13 @@ import numpy as np
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import load_mnist_protocol
+from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.models import LeNet
 from smoothsk.sampling import FixedSampler
-from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, SmoothAdv
+from smoothsk.sigma import CertifiedSigmaSelector
+from smoothsk.statistics import certified_radius
+from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, Pretrained, SmoothAdv
 
 from _common import quick_parser, table_header, table_row
 
@@ -76,38 +89,99 @@ def classifier(name, sigma, settings):
         alpha=0.001, certify_batch_size=1000, random_state=0)
 
 
+def stem(name, sigma, splits, settings, model=False):
+    """The file stem of row ``name`` at ``sigma`` (None: a row over every sigma) under these settings.
+
+    With ``model``, the stem of its trained model, which the certification
+    settings (``n``, ``images``) do not change.
+    """
+    text = f"{name}-sigma{sigma:g}" if sigma is not None else name
+    text += f"-e{settings['epochs']}" if model else f"-n{settings['n']}-e{settings['epochs']}-i{settings['images']}"
+    return text + (f"-t{settings['train']}" if settings["train"] != len(splits.X_train) else "")
+
+
+def trained(name, sigma, splits, settings, out):
+    """Row ``name``'s classifier at ``sigma``, trained and saved, or read back; and its training seconds (None)."""
+    model_path = out / f"{stem(name, sigma, splits, settings, model=True)}.safetensors"
+    if model_path.exists():
+        return SampleWiseSmoothedClassifier.load(model_path), None
+    start = time.perf_counter()
+    train = slice(0, settings["train"])
+    clf = classifier(name, sigma, settings).fit(splits.X_train[train], splits.y_train[train])
+    seconds = time.perf_counter() - start
+    clf.save(model_path)
+    return clf, seconds
+
+
+def router(name, splits, settings, out):
+    """The sound router over row ``name``'s experts at every sigma: their LeNets in a NoiseLevelExperts.
+
+    No expert is trained again (``Pretrained``): the selector is fitted on
+    the training split with its defaults and certifies its level per input
+    (``G``, stateless), the expert of that level certifies the class.
+    """
+    experts = [trained(name, sigma, splits, settings, out)[0].module_ for sigma in SIGMAS]
+    clf = SampleWiseSmoothedClassifier(
+        NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(
+            n=settings["n"]), max_epochs=settings["epochs"], lr=0.05, optimizer__momentum=0.9, batch_size=64,
+        sampler=FixedSampler(n=settings["n"], n0=100), alpha=0.001, certify_batch_size=1000, random_state=0)
+    start = time.perf_counter()
+    train = slice(0, settings["train"])
+    clf.fit(splits.X_train[train], splits.y_train[train])
+    return clf, time.perf_counter() - start
+
+
 def run_row(name, sigma, splits, settings, out):
-    """Train (or read back) and certify (resuming) one row; its results as a dict, also written to ``out``."""
-    stem = f"{name}-sigma{sigma:g}-n{settings['n']}-e{settings['epochs']}-i{settings['images']}"
-    if settings["train"] != len(splits.X_train):
-        stem += f"-t{settings['train']}"
-    result_path = out / f"{stem}.json"
+    """Train (or read back) and certify (resuming) one row; its results as a dict, also written to ``out``.
+
+    ``name`` ``router-<training>`` (``sigma`` None) is the sound router
+    over that training's experts (:func:`router`); its selector's fit is
+    its training time, and it reports the share of correctly classified
+    images whose radius the selector's own radius R1 caps.
+    """
+    row_stem = stem(name, sigma, splits, settings)
+    result_path = out / f"{row_stem}.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
-    model_path = out / f"{stem}.safetensors"
-    if model_path.exists():
-        clf, train_seconds = SampleWiseSmoothedClassifier.load(model_path), None
+    if sigma is None:
+        clf, train_seconds = router(name.removeprefix("router-"), splits, settings, out)
     else:
-        start = time.perf_counter()
-        train = slice(0, settings["train"])
-        clf = classifier(name, sigma, settings).fit(splits.X_train[train], splits.y_train[train])
-        train_seconds = time.perf_counter() - start
-        clf.save(model_path)
+        clf, train_seconds = trained(name, sigma, splits, settings, out)
     X, y = splits.X_certify[:settings["images"]], splits.y_certify[:settings["images"]]
     start = time.perf_counter()
-    prediction, radius = clf.certify(X, checkpoint=out / f"{stem}.ckpt", checkpoint_every=20)
+    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=out / f"{row_stem}.ckpt",
+                                              checkpoint_every=20)
+    correct = prediction == y
+    own = certified_radius(details.sigma, details.p_lower)
     result = {"row": name, "sigma": sigma, "acr": average_certified_radius(y, prediction, radius),
               "curve": certified_accuracy_curve(y, prediction, radius, RADII).tolist(),
               "train_seconds": train_seconds, "certify_seconds_per_image": (time.perf_counter() - start) / len(X),
+              "samples_per_image": float(np.mean(details.n_samples + details.sigma_samples)),
+              "guarantee": details.guarantee,
+              "r1_capped": float(np.mean((details.radius_cap < own)[correct])) if correct.any() else 0.0,
+              "sigma_chosen": np.bincount(np.searchsorted(SIGMAS, details.sigma), minlength=len(SIGMAS)).tolist(),
               "prediction": prediction.tolist(), "radius": radius.tolist()}
     result_path.write_text(json.dumps(result))
     return result
 
 
+def oracle(results, y):
+    """ACR and curve of each image's best expert among ``results`` (rows of one training): NOT a certificate.
+
+    The oracle picks, per image, the expert whose own certificate is the
+    largest correct radius: it chooses with the very samples that certify,
+    so it certifies nothing; it is the ceiling a router approaches.
+    """
+    radius = np.max([np.where(np.array(r["prediction"]) == y, r["radius"], 0.0) for r in results], axis=0)
+    return average_certified_radius(y, y, radius), certified_accuracy_curve(y, y, radius, RADII).tolist()
+
+
 def main():
     parser = quick_parser(__doc__, "n = 10,000 on the first 100 certify images, 10 epochs")
     parser.add_argument("--rows", default=",".join(f"{name}-{sigma:g}" for name in PUBLISHED_ACR for sigma in SIGMAS),
-                        help="comma-separated rows, each <training>-<sigma>")
+                        help="comma-separated rows, each <training>-<sigma>, router-<training> (the sound router "
+                             "over that training's experts at 0.25, 0.5 and 1.0) or oracle-<training> (each image's "
+                             "best expert: a ceiling, not a certificate)")
     parser.add_argument("--data", default="../shared/data/mnist", help="folder of the real MNIST files")
     parser.add_argument("--out", default="benchmarks/results/mnist", help="folder of the models and checkpoints")
     for option in ("n", "images", "epochs", "train"):
@@ -122,16 +196,30 @@ def main():
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table_header(["training", "sigma", "ACR", "published ACR", "ratio",
-                  *(f"r={r:g}" for r in RADII), "train (s)", "certify (s/image)"])
+    table_header(["row", "sigma", "ACR", "published ACR", "ratio", *(f"r={r:g}" for r in RADII), "train (s)",
+                  "certify (s/image)", "samples/image", "R1 caps", "guarantee"])
+    y = splits.y_certify[:settings["images"]]
     for row in args.rows.split(","):
-        name, sigma = row.rsplit("-", 1)
-        result = run_row(name, float(sigma), splits, settings, out)
-        published = PUBLISHED_ACR[name][float(sigma)]
+        if row.startswith(("router-", "oracle-")):
+            name, sigma = row, None
+        else:
+            name, sigma = row.rsplit("-", 1)
+            sigma = float(sigma)
+        if name.startswith("oracle-"):
+            experts = [run_row(name.removeprefix("oracle-"), s, splits, settings, out) for s in SIGMAS]
+            acr, curve = oracle(experts, y)
+            table_row([name, "each image's best", f"{acr:.3f}", "-", "-", *(f"{value:.3f}" for value in curve),
+                       "-", "-", "-", "-", "oracle: chooses with the certifying samples, NOT a certificate"])
+            continue
+        result = run_row(name, sigma, splits, settings, out)
+        published = PUBLISHED_ACR.get(name, {}).get(sigma)
         train = "read back" if result["train_seconds"] is None else f"{result['train_seconds']:.0f}"
-        table_row([name, sigma, f"{result['acr']:.3f}", f"{published:.3f}", f"{result['acr'] / published:.3f}",
+        table_row([name, "per input" if sigma is None else f"{sigma:g}", f"{result['acr']:.3f}",
+                   "-" if published is None else f"{published:.3f}",
+                   "-" if published is None else f"{result['acr'] / published:.3f}",
                    *(f"{value:.3f}" for value in result["curve"]), train,
-                   f"{result['certify_seconds_per_image']:.2f}"])
+                   f"{result['certify_seconds_per_image']:.2f}", f"{result.get('samples_per_image', 0):.0f}",
+                   "-" if sigma is not None else f"{result['r1_capped']:.3f}", result.get("guarantee", "")])
     print("\nPublished certified accuracy at sigma 1.0 (r = " + " / ".join(f"{r:g}" for r in RADII) + "):")
     for name, curve in PUBLISHED_CURVE.items():
         print(f"- {name}: " + " / ".join(f"{value:.3f}" for value in curve))
