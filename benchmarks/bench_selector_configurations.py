@@ -1,4 +1,4 @@
-"""The certified selector in the configurations users write: its defaults, PFAT's default grid, the preset, a tuned grid.
+"""The certified selector as users configure it: its defaults, PFAT's default grid, the preset, a tuned grid.
 
 The synthetic task of the experts issue: ``make_heterogeneous_margins``
 (2,000 inputs, 300 held out), ``FlatMLP(hidden=256)``, 30 epochs of
@@ -23,11 +23,11 @@ from smoothsk.datasets import make_heterogeneous_margins
 from smoothsk.metrics import average_certified_radius
 from smoothsk.models import FlatMLP
 from smoothsk.regions import NoRegions
-from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma
+from smoothsk.sigma import CertifiedSigmaSelector
 from smoothsk.statistics import certified_radius
 
 from _common import markdown_table, quick_parser, timed
-from bench_selector import grid, make_classifier, refit_selector
+from bench_selector import make_classifier, refit_selector
 
 #: (name, classifier's grid step: None for PFAT's default grid from 0.12, selector parameters).
 CONFIGURATIONS = (
@@ -75,7 +75,8 @@ def main():
         correct = prediction == y_test
         own = certified_radius(details.sigma, details.p_lower)
         capped = np.mean(details.radius_cap[correct] < own[correct]) if correct.any() else 0.0
-        grid_name = "PFAT default (18 levels)" if step is None else f"step {step} ({len(grid(step, 1).grid_sigmas())} levels)"
+        levels = len(clf.training.noise_levels())
+        grid_name = f"PFAT default ({levels} levels)" if step is None else f"step {step} ({levels} levels)"
         rows.append([name, grid_name, f"{details.sigma.mean():.3f}", f"{acr:.3f}", f"{acr / best:.2f}x",
                      f"{capped:.2f}", f"{fit_seconds:.0f}"])
     markdown_table(["selector", "grid", "mean sigma", "ACR", "vs best fixed", "R1 caps (share of correct)",

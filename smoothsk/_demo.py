@@ -28,7 +28,7 @@ from .metrics import average_certified_radius, certified_accuracy_curve
 from .models import DigitsCNN, FlatMLP
 from .regions import MemoryAllocator, NoRegions, OnlineBallAllocator
 from .sampling import FixedSampler, InputSpecificSampler
-from .sigma import BaseCertifiedSigma
+from .sigma import BaseCertifiedSigma, classifier_levels
 from .statistics import certified_radius, clopper_pearson_lower
 
 #: Radii of the table's certified-accuracy columns.
@@ -242,7 +242,8 @@ def build_estimator(preset_id, params, data, settings, sampler, verbose):
     try:
         components = smoothing_components(clf)
         if isinstance(components.sigma_search, BaseCertifiedSigma):
-            components.sigma_search.check_before_fit(components.training, torch.from_numpy(X_train))
+            components.sigma_search.check_before_fit(classifier_levels(clf.module, components.training),
+                                                     torch.from_numpy(X_train))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--methods {preset_id}: {exc}") from exc
     return clf

@@ -17,7 +17,7 @@ from ._modes import evaluating
 from ._training_steps import check_iterator_options
 from .certificates import ABSTAIN
 from .experts import takes_noise_level
-from .sigma import BaseCertifiedSigma
+from .sigma import BaseCertifiedSigma, CertifiedSigmaSelector, classifier_levels
 
 
 def check_inputs(estimator, X, reset):
@@ -341,6 +341,38 @@ def check_module_output(module, X, n_classes, device):
             f"number of classes (module__n_classes, or a module class taking n_classes).")
 
 
+def check_levels_served(module, sigma_search, levels):
+    """Refuse a sigma search that would sample a module of experts at a level it has no expert for.
+
+    Parameters
+    ----------
+    module : torch.nn.Module instance or class
+        The estimator's ``module``.
+    sigma_search : BaseSigmaSearch
+    levels : ndarray of float or None
+        The classifier's grid (:func:`~smoothsk.sigma.classifier_levels`).
+
+    Raises
+    ------
+    ValueError
+        Before any work, if ``module`` takes the noise level and the search
+        chooses among levels outside ``levels`` (or among no grid at all).
+    """
+    if not (isinstance(module, torch.nn.Module) and takes_noise_level(module)):
+        return
+    if isinstance(sigma_search, CertifiedSigmaSelector):
+        if sigma_search.levels is None:
+            return  # the experts' own levels
+        searched = np.asarray(sigma_search.levels, dtype=np.float64)
+    else:
+        searched = sigma_search.noise_levels()
+    if searched is None or not np.isin(searched, levels).all():
+        raise ValueError(f"sigma_search={sigma_search!r} chooses noise levels "
+                         f"{'on a continuum' if searched is None else searched.tolist()}, but the module's experts "
+                         f"serve only {levels.tolist()}: use a search over those levels (e.g. "
+                         "CertifiedSigmaSelector() or FixedSigma at one of them).")
+
+
 def check_fit(estimator, X, y, reset, classes, fit_params):
     """Every check of a ``fit``/``partial_fit`` call, before any training; returns what training needs.
 
@@ -389,6 +421,8 @@ def check_fit(estimator, X, y, reset, classes, fit_params):
             raise ValueError(f"classes={classes.tolist()} differ from classes_ {estimator.classes_.tolist()}, "
                              "learnt by the call that initialised the module; fit anew to change them.")
     y_index, classes = encode_labels(y, classes, "classes") if reset else encode_labels(y, estimator.classes_)
+    levels = classifier_levels(estimator.module, components.training)
+    check_levels_served(estimator.module, components.sigma_search, levels)
     if isinstance(components.sigma_search, BaseCertifiedSigma):
-        components.sigma_search.check_before_fit(components.training, torch.from_numpy(X))
+        components.sigma_search.check_before_fit(levels, torch.from_numpy(X))
     return components, X, y_index, classes

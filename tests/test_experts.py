@@ -32,7 +32,7 @@ from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import CertifiedSigmaSelector
-from smoothsk.training import Pretrained
+from smoothsk.training import FixedSigmaTraining, Pretrained
 
 from conftest import LinearLogits
 from soundness_support import binomial_bound
@@ -368,3 +368,29 @@ class TestNoiseLevelExperts:
         module = NoiseLevelExperts((0.25, 0.5), [FlatMLP, FlatMLP], n_classes=3)
         assert module(torch.zeros(2, 5), torch.tensor([0.25, 0.5])).shape == (2, 3)
         assert module.experts[0] is not module.experts[1]
+
+
+class TestLevelsServed:
+    """An estimator over experts samples them only at their levels: anything else is refused at fit, first."""
+
+    @staticmethod
+    def estimator(**params):
+        experts = NoiseLevelExperts(LEVELS, [LinearLogits(weight, bias) for weight, bias in EXPERT_LINES])
+        return SampleWiseSmoothedClassifier(experts, random_state=0, **params)
+
+    @pytest.mark.parametrize("params, message", [
+        ({"training": Pretrained(), "sigma_search": CertifiedSigmaSelector(levels=(0.25, 0.5))},
+         r"chooses noise levels \[0.25, 0.5\], but the module's experts serve only \[0.25, 1.0\]"),
+        ({"training": Pretrained(sigma=0.3)}, r"chooses noise levels \[0.3\]"),
+        ({"training": FixedSigmaTraining(0.25)}, "FixedSigmaTraining cannot train a module of experts"),
+    ])
+    def test_a_level_without_expert_is_refused_before_anything_is_built(self, params, message):
+        clf = self.estimator(**params)
+        with pytest.raises(ValueError, match=message):
+            clf.fit(inputs_near_the_selector_line(20), [0, 1] * 10)
+        assert not hasattr(clf, "module_")
+
+    def test_fixed_sigma_at_an_expert_level_is_that_experts_smoothed_classifier(self):
+        clf = self.estimator(training=Pretrained(sigma=1.0), sampler=FixedSampler(n=200, n0=20)).fit(
+            inputs_near_the_selector_line(20), [0, 1] * 10)
+        assert np.all(clf.certify(inputs_near_the_selector_line(20), return_details=True)[2].sigma == 1.0)

@@ -422,10 +422,10 @@ class TestValidation:
             clf.fit(disc_inputs(4), [0, 1, 0, 1])
         assert not hasattr(clf, "module_")
 
-    def test_levels_none_needs_a_schedule_grid(self):
+    def test_levels_none_needs_a_classifier_grid(self):
         clf = SampleWiseSmoothedClassifier(SlabLogits, training=DataDependentTraining(warmup_epochs=0),
                                            max_epochs=0, sigma_search=CertifiedSigmaSelector())
-        with pytest.raises(ValueError, match="levels=None takes the training schedule's grid"):
+        with pytest.raises(ValueError, match="levels=None takes the classifier's grid"):
             clf.fit(disc_inputs(4), [0, 1, 0, 1])
         assert not hasattr(clf, "module_")
 
@@ -442,7 +442,7 @@ class TestValidation:
         expected = torch.rand(1)
         torch.manual_seed(0)
         selector = CertifiedSigmaSelector(selector=NoisyThreeLevels, levels=(0.25, 0.5, 1.0))
-        selector.check_before_fit(FixedSigmaTraining(0.5), torch.zeros((4, 2)))
+        selector.check_before_fit(np.array([0.5]), torch.zeros((4, 2)))
         assert torch.rand(1) == expected
 
     @pytest.mark.parametrize("selector, error, message", [
@@ -474,8 +474,6 @@ class TestValidation:
             refused.fit(X, y)
         assert not hasattr(refused, "module_")
 
-    @pytest.mark.xfail(strict=True, reason="check_before_fit resolves levels=None from the training schedule's grid "
-                       "(Pretrained: one level, so no check), while fit uses the experts' levels")
     def test_levels_none_checks_the_selector_against_the_experts_levels_before_fit(self):
         experts = NoiseLevelExperts((0.25, 0.5, 1.0), [LinearLogits() for _ in range(3)])
         search = CertifiedSigmaSelector(selector=LevelSelectorLogits((0.0,)), fit_selector=False, n=100)

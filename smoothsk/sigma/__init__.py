@@ -2,7 +2,7 @@
 
 from ._base import BaseCertifiedSigma, BaseSigmaSearch, CertifiedSigmaResult, SigmaSearchResult
 from ._fgss import MultiStartFGSS
-from ._fit_context import SigmaFitContext
+from ._fit_context import SigmaFitContext, classifier_levels
 from ._fixed import FixedSigma
 from ._gradient import GradientSigmaSearch
 from ._grid import GridSigmaSearch
@@ -15,6 +15,7 @@ __all__ = [
     "BaseCertifiedSigma",
     "CertifiedSigmaResult",
     "SigmaFitContext",
+    "classifier_levels",
     "CertifiedSigmaSelector",
     "FixedSigma",
     "GridSigmaSearch",

@@ -226,24 +226,25 @@ class BaseCertifiedSigma(BaseSigmaSearch):
                                  f"{type(self).__name__} depends on them: call fit again.")
         return copy.copy(fitted).set_params(**{name: mine[name] for name in self._refit_free_parameters})
 
-    def check_before_fit(self, training, X):
+    def check_before_fit(self, levels, X):
         """Raise before any training where :meth:`fit_sigma` would fail.
 
         The estimator calls it at the start of ``fit``, before it changes
         any state. It validates the parameters; subclasses add checks that
-        need the schedule or the inputs (``_check_before_fit``).
+        need the classifier's grid or the inputs (``_check_before_fit``).
 
         Parameters
         ----------
-        training : BaseTrainingSchedule
-            The schedule in use.
+        levels : ndarray of float, shape (K,), or None
+            The grid of noise levels ``fit_sigma`` will see as
+            ``context.levels`` (:func:`~smoothsk.sigma.classifier_levels`).
         X : torch.Tensor, shape (n_train, *input_shape)
             Training inputs.
         """
         self.validate()
-        self._check_before_fit(training, X)
+        self._check_before_fit(levels, X)
 
-    def _check_before_fit(self, training, X):
+    def _check_before_fit(self, levels, X):
         """Checks beyond the parameters; the default has none."""
 
     def fit_sigma(self, context, X, y):

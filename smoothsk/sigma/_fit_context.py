@@ -13,6 +13,28 @@ from ..engine import MonteCarloEngine
 from ..experts import takes_noise_level
 
 
+def classifier_levels(module, training):
+    """The classifier's grid of noise levels: what a certified sigma function chooses among by default.
+
+    A module of experts per level (:class:`~smoothsk.experts.NoiseLevelExperts`)
+    serves its levels only; any other classifier, the training schedule's grid.
+
+    Parameters
+    ----------
+    module : torch.nn.Module instance or class
+        The classifier (a class has no levels of its own).
+    training : BaseTrainingSchedule or None
+
+    Returns
+    -------
+    levels : ndarray of float, shape (K,), or None
+        Ascending; None where neither has a grid.
+    """
+    if isinstance(module, torch.nn.Module) and takes_noise_level(module):
+        return np.sort(np.asarray(module.levels, dtype=np.float64))
+    return None if training is None else training.noise_levels()
+
+
 @dataclass(frozen=True, eq=False)
 class SigmaFitContext:
     """The trained classifier and the estimator's settings, as a certified sigma function's ``fit`` sees them.
@@ -110,10 +132,8 @@ class SigmaFitContext:
         """
         training = getattr(estimator, "training_", None)
         module, module_params = estimator.module, estimator.get_params_for("module")
-        levels = None if training is None else training.noise_levels()
-        if takes_noise_level(estimator.module_):
-            # Experts per level: their levels are the grid, and a new module like the classifier is an expert.
-            levels = np.sort(np.asarray(estimator.module_.levels, dtype=np.float64))
+        levels = classifier_levels(estimator.module_, training)
+        if takes_noise_level(estimator.module_):  # a new module like the classifier is one expert
             module, module_params = type(estimator.module_.experts[0]), {}
         takes_classes = isinstance(module, type) and "n_classes" in inspect.signature(module).parameters
         options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}

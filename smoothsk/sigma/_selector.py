@@ -140,9 +140,11 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     ----------
     levels : array-like of float, shape (K,), or None, default=None
         Noise levels to choose from, distinct and > 0; the selector's logit
-        ``k`` scores ``levels[k]``. None takes the training schedule's grid
-        (its ``noise_levels()``: PFAT's assignment grid, Insta-RS's levels
-        ``sqrt(l) * sigma0``, a fixed sigma alone).
+        ``k`` scores ``levels[k]``. None takes the classifier's grid
+        (:func:`~smoothsk.sigma.classifier_levels`): a
+        :class:`~smoothsk.experts.NoiseLevelExperts`' levels, else the
+        training schedule's ``noise_levels()`` (PFAT's assignment grid,
+        Insta-RS's levels ``sqrt(l) * sigma0``, a fixed sigma alone).
     selector : torch.nn.Module class or instance, or None, default=None
         Module returning (batch, K) logits. A class is built with
         ``n_classes=K`` when it takes ``n_classes``. None means the
@@ -275,10 +277,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             return None
         return GaussianNoise(num_noise=1)
 
-    def _check_before_fit(self, training, X):
-        # levels=None needs a schedule with a grid; a given module, or one built from a given class (on a
+    def _check_before_fit(self, levels, X):
+        # levels=None needs a classifier with a grid; a given module, or one built from a given class (on a
         # probe, the global random state untouched), must take the inputs and return K logits.
-        n_levels = len(self._resolve_levels(training.noise_levels(), repr(training)))
+        n_levels = len(self._resolve_levels(levels))
         if self.selector is None or n_levels == 1:
             return
         if isinstance(self.selector, torch.nn.Module):
@@ -287,14 +289,15 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         with torch.random.fork_rng(devices=[]):  # a built class's construction and probe draw nothing global
             self._check_outputs(_construct(self.selector, {}, n_levels, X[:1]), X[:1], n_levels)
 
-    def _resolve_levels(self, schedule_levels, schedule="the training schedule"):
-        """``levels`` as float64, or where None the schedule's grid ``schedule_levels`` (``schedule`` names it)."""
+    def _resolve_levels(self, classifier_levels):
+        """``levels`` as float64, or where None the classifier's grid ``classifier_levels``."""
         if self.levels is not None:
             return np.asarray(self.levels, dtype=np.float64)
-        if schedule_levels is None:
-            raise ValueError(f"levels=None takes the training schedule's grid of noise levels, but {schedule} has "
-                             "none (e.g. DDRS's continuous sigma); pass levels, e.g. levels=(0.25, 0.5, 1.0).")
-        return schedule_levels
+        if classifier_levels is None:
+            raise ValueError("levels=None takes the classifier's grid of noise levels (its experts' levels, or the "
+                             "training schedule's grid), but it has none (e.g. DDRS's continuous sigma); pass "
+                             "levels, e.g. levels=(0.25, 0.5, 1.0).")
+        return classifier_levels
 
     def _fit_sigma(self, context, X, y):
         self.levels_ = self._resolve_levels(context.levels)

@@ -307,7 +307,7 @@ class SemiElasticSigma(BaseCertifiedSigma):
         self.k = k
         self.offset = offset
 
-    def _check_before_fit(self, training, X):
+    def _check_before_fit(self, levels, X):
         self._check_neighbours(len(X))
 
     def _check_neighbours(self, n_train):

@@ -5,6 +5,7 @@ from abc import abstractmethod
 from contextlib import contextmanager
 
 from .._components import Component
+from ..experts import takes_noise_level
 from ..sigma import FixedSigma
 from ._stage import PLAN_START_KEY, STAGE_KEY, current_plan, resume
 
@@ -116,7 +117,25 @@ class BaseTrainingSchedule(Component):
         net.history.record(PLAN_START_KEY, self.plan_start_)
 
     def check_module(self, module):
-        """Refuse, before anything is built, a ``module`` parameter this schedule cannot train; default: any."""
+        """Refuse, before anything is built, a ``module`` parameter this schedule cannot train.
+
+        The default refuses a module of experts per noise level (one that
+        takes the level, :class:`~smoothsk.experts.NoiseLevelExperts`):
+        the training objectives call the module on noisy inputs alone.
+
+        Parameters
+        ----------
+        module : torch.nn.Module instance or class
+            The estimator's ``module`` parameter.
+
+        Raises
+        ------
+        ValueError
+        """
+        if takes_noise_level(module):
+            raise ValueError(f"{type(self).__name__} cannot train a module of experts per noise level: train each "
+                             "expert at its level (one FixedSigmaTraining estimator each) and pass them as "
+                             "NoiseLevelExperts(levels, experts) with training=Pretrained().")
 
     def default_sigma_search(self):
         """The test-time sigma search matching this schedule (used when none is given)."""
