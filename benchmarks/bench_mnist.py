@@ -17,7 +17,9 @@ models (``router-<training>``): the three LeNets as experts of a
 certificates of ``G``, stateless, its samples per image counting the
 selector's, and the share of correct images whose radius the selector's R1
 caps. ``oracle-<training>``: each image's best of the three by their own
-certificates, a ceiling and not a certificate.
+certificates, a ceiling and not a certificate. Last, the certify time per
+image against Cohen et al.'s per-input loop (``core.py``) on the Gaussian
+sigma-0.25 LeNet (``--loop-images``).
 
 Long: each row's model and certification are checkpointed under ``--out``
 (default ``benchmarks/results/mnist``): rerun the same command after an
@@ -47,7 +49,8 @@ from smoothsk.sigma import CertifiedSigmaSelector
 from smoothsk.statistics import certified_radius
 from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, Pretrained, SmoothAdv
 
-from _common import quick_parser, table_header, table_row
+from _common import quick_parser, table_header, table_row, timed
+from bench_certify import per_input_loop
 
 SIGMAS = (0.25, 0.5, 1.0)
 #: Radii of the published certified-accuracy columns (sigma 1.0).
@@ -176,6 +179,32 @@ def oracle(results, y):
     return average_certified_radius(y, y, radius), certified_accuracy_curve(y, y, radius, RADII).tolist()
 
 
+def loop_comparison(splits, settings, out, n_images, repeats=3):
+    """Certify time per image against Cohen et al.'s per-input loop (``core.py``) on the same LeNet.
+
+    The Gaussian sigma-0.25 model certifies the first ``n_images`` certify
+    images at ``settings["n"]`` with ``certify`` and with
+    :func:`bench_certify.per_input_loop` (each input alone, batches of at
+    most 1,000 copies, ``torch.randn_like`` noise), interleaved ``repeats``
+    times; CPU time of this process, so that other processes do not move the
+    ratio.
+
+    Returns
+    -------
+    certify_seconds, loop_seconds : float
+        Best CPU seconds per image of each.
+    """
+    clf, _ = trained("gaussian", 0.25, splits, settings, out)
+    X = splits.X_certify[:n_images]
+    module = clf.module_.eval()
+    best = {"certify": np.inf, "loop": np.inf}
+    for _ in range(repeats):
+        best["certify"] = min(best["certify"], timed(clf.certify, X, clock=time.process_time)[0])
+        best["loop"] = min(best["loop"], timed(per_input_loop, module, X, settings["n"], clf.certify_batch_size,
+                                               len(clf.classes_), clock=time.process_time)[0])
+    return best["certify"] / n_images, best["loop"] / n_images
+
+
 def main():
     parser = quick_parser(__doc__, "n = 10,000 on the first 100 certify images, 10 epochs")
     parser.add_argument("--rows", default=",".join(f"{name}-{sigma:g}" for name in PUBLISHED_ACR for sigma in SIGMAS),
@@ -184,6 +213,8 @@ def main():
                              "best expert: a ceiling, not a certificate)")
     parser.add_argument("--data", default="../shared/data/mnist", help="folder of the real MNIST files")
     parser.add_argument("--out", default="benchmarks/results/mnist", help="folder of the models and checkpoints")
+    parser.add_argument("--loop-images", type=int, default=20,
+                        help="images timed against Cohen et al.'s per-input loop (0: skip; default 20)")
     for option in ("n", "images", "epochs", "train"):
         parser.add_argument(f"--{option}", type=int, help=f"override the mode's {option} (train: the first so many "
                                                           "training images, to measure what the training set's size "
@@ -220,6 +251,11 @@ def main():
                    *(f"{value:.3f}" for value in result["curve"]), train,
                    f"{result['certify_seconds_per_image']:.2f}", f"{result.get('samples_per_image', 0):.0f}",
                    "-" if sigma is not None else f"{result['r1_capped']:.3f}", result.get("guarantee", "")])
+    if args.loop_images:
+        certify_seconds, loop_seconds = loop_comparison(splits, settings, out, args.loop_images)
+        print(f"\nCertify time per image, Gaussian sigma 0.25, n = {settings['n']:,}, {args.loop_images} images (best "
+              f"of 3, CPU time): certify {certify_seconds:.2f} s, Cohen et al.'s per-input loop {loop_seconds:.2f} s: "
+              f"{loop_seconds / certify_seconds:.2f}x (target >= 1.0x).")
     print("\nPublished certified accuracy at sigma 1.0 (r = " + " / ".join(f"{r:g}" for r in RADII) + "):")
     for name, curve in PUBLISHED_CURVE.items():
         print(f"- {name}: " + " / ".join(f"{value:.3f}" for value in curve))
