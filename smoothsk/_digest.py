@@ -97,9 +97,14 @@ def _value_form(value, ancestors=frozenset()):
             _leaf_digest(getattr(value, "default_factory", None))]
         if not isinstance(value, dict):
             return ("sequence", cls.__module__, cls.__qualname__, [_value_form(item, inner) for item in value], extra)
-        items = [(key, _value_form(item, inner)) for key, item in value.items()]
-        if not isinstance(value, OrderedDict):
-            items = dict(items)  # a mapping: joblib.hash sorts its keys
+        if all(isinstance(key, (str, bytes, int, float, type(None))) for key in value):
+            items = [(key, _value_form(item, inner)) for key, item in value.items()]
+            if not isinstance(value, OrderedDict):
+                items = dict(items)  # a mapping: joblib.hash sorts its keys
+        else:  # keys by value too (an optimizer's state is keyed by its parameters), a mapping in their digests' order
+            items = [(_value_form(key, inner), _value_form(item, inner)) for key, item in value.items()]
+            if not isinstance(value, OrderedDict):
+                items.sort(key=lambda pair: joblib.hash(pair[0]))
         return ("mapping", cls.__module__, cls.__qualname__, items, extra)
     if isinstance(value, types.MethodType):  # its function and the object it is bound to (often an ancestor)
         return ("method", _value_form(value.__func__, inner), _value_form(value.__self__, inner))

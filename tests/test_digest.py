@@ -133,3 +133,15 @@ def test_lazy_modules_are_digested_before_their_first_forward():
     assert module_fingerprint(lazy) == module_fingerprint(copied)
     copied(torch.zeros(1, 4))
     assert module_fingerprint(lazy) != module_fingerprint(copied)
+
+
+def test_mappings_keyed_by_tensors_are_digested():
+    # An optimizer's state is keyed by its parameters: a fitted LRScheduler callback holds one.
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1, momentum=0.9)
+    weight.grad = torch.ones(2)
+    optimizer.step()
+    assert value_digest(optimizer.state) == value_digest(copy.deepcopy(optimizer.state))
+    other = copy.deepcopy(optimizer.state)
+    next(iter(other.values()))["momentum_buffer"] += 1
+    assert value_digest(optimizer.state) != value_digest(other)

@@ -12,9 +12,10 @@ import torch
 from safetensors import safe_open
 from safetensors.numpy import save_file
 from sklearn.exceptions import NotFittedError
-from skorch.callbacks import EpochTimer
+from skorch.callbacks import EpochTimer, LRScheduler
 from skorch.exceptions import DeviceWarning
 from torch import nn
+from torch.optim.lr_scheduler import MultiStepLR
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk import _persistence as persistence
@@ -369,6 +370,14 @@ class TestSaveRefuses:
         assert "iterator_train__shuffle" not in loaded.get_params()
         X = np.array([[0.3, 0.1], [-0.2, 0.4]], dtype=np.float32)
         assert_same_certificates(clf, loaded, X)
+
+    def test_a_fitted_learning_rate_scheduler_is_left_out_with_the_warning(self, tmp_path):
+        # Its scheduler holds the optimizer, whose state is keyed by the module's parameters.
+        scheduler = LRScheduler(policy=MultiStepLR, milestones=[1], gamma=0.1)
+        clf, X = fit_two_features(callbacks=[("lr_drop", scheduler)], optimizer__momentum=0.9)
+        with pytest.warns(UserWarning, match=r"^callbacks not saved"):
+            clf.save(tmp_path / "model.safetensors")
+        assert_same_certificates(clf, load(tmp_path / "model.safetensors", module=ShiftedNet), X)
 
 
 # ------------------------------------------------------------- what is refused
