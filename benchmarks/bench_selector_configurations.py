@@ -15,10 +15,14 @@ selector's own radius R1 caps (R1 < R2).
 Run ``python benchmarks/bench_selector_configurations.py [--quick]``.
 """
 
+import json
+from pathlib import Path
+
 import numpy as np
 import torch
 from sklearn.model_selection import train_test_split
 
+from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.datasets import make_heterogeneous_margins
 from smoothsk.metrics import average_certified_radius
 from smoothsk.models import FlatMLP
@@ -49,23 +53,46 @@ def pfat_classifier(step, epochs, n_cert, seed):
     return clf
 
 
+def fitted(path, estimator, X, y):
+    """The classifier saved at ``path``, or ``estimator`` fitted on ``X``, ``y`` and saved there (None: not kept)."""
+    if path is not None and path.exists():
+        return SampleWiseSmoothedClassifier.load(path)
+    clf = estimator.fit(X, y)
+    if path is not None:
+        clf.save(path)
+    return clf
+
+
 def main():
     parser = quick_parser(__doc__, "500 inputs, 10 epochs, n = 1,000")
+    parser.add_argument("--models", help="folder keeping the trained classifiers between runs (default: none)")
+    parser.add_argument("--only", type=json.loads, action="append", default=[],
+                        help='a configuration of its own instead of the four, as JSON: {"step": null or 0.125, '
+                             '"params": {...selector parameters...}} (repeatable)')
     args = parser.parse_args()
+    models = None if args.models is None else Path(args.models)
+    if models is not None:
+        models.mkdir(parents=True, exist_ok=True)
+    configurations = ([(json.dumps(spec["params"]), spec["step"], spec["params"]) for spec in args.only]
+                      or CONFIGURATIONS)
     n_samples, epochs, n_cert = (500, 10, 1000) if args.quick else (2000, 30, 10_000)
     X, y = make_heterogeneous_margins(n_samples=n_samples, random_state=0)
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.15, random_state=0, stratify=y)
     rows, best = [], 0.0
     for sigma in (0.25, 0.5, 1.0):
-        fixed = make_classifier(FlatMLP, {"module__hidden": 256}, epochs, n_cert, sigma).fit(X_train, y_train)
+        fixed = fitted(models and models / f"cohen-{sigma:g}-e{epochs}.safetensors",
+                       make_classifier(FlatMLP, {"module__hidden": 256}, epochs, n_cert, sigma),
+                       X_train, y_train)
+        fixed.set_params(sampler__n=n_cert)
         prediction, radius = fixed.certify(X_test)
         acr = average_certified_radius(y_test, prediction, radius)
         best = max(best, acr)
         rows.append([f"Cohen, fixed sigma {sigma}", "-", f"{sigma:.3f}", f"{acr:.3f}", "-", "-", "-"])
     classifiers = {}
-    for name, step, params in CONFIGURATIONS:
+    for name, step, params in configurations:
         if step not in classifiers:
-            classifiers[step] = pfat_classifier(step, epochs, n_cert, 0).fit(X_train, y_train)
+            classifiers[step] = fitted(models and models / f"pfat-{step or 'default'}-e{epochs}.safetensors",
+                                       pfat_classifier(step, epochs, n_cert, 0), X_train, y_train)
         clf = classifiers[step]
         selector = CertifiedSigmaSelector(n=n_cert, **params)
         fit_seconds, _ = timed(refit_selector, clf, selector, X_train, y_train)
