@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk.datasets import load_mnist_protocol
 from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
@@ -49,7 +49,7 @@ from smoothsk.sigma import CertifiedSigmaSelector
 from smoothsk.statistics import certified_radius
 from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, Pretrained, SmoothAdv
 
-from _common import quick_parser, table_header, table_row, timed
+from _common import quick_parser, timed
 from bench_certify import per_input_loop
 
 SIGMAS = (0.25, 0.5, 1.0)
@@ -175,8 +175,11 @@ def oracle(results, y):
     largest correct radius: it chooses with the very samples that certify,
     so it certifies nothing; it is the ceiling a router approaches.
     """
-    radius = np.max([np.where(np.array(r["prediction"]) == y, r["radius"], 0.0) for r in results], axis=0)
-    return average_certified_radius(y, y, radius), certified_accuracy_curve(y, y, radius, RADII).tolist()
+    correct = np.array([np.array(r["prediction"]) == y for r in results])
+    radius = np.max(np.where(correct, [r["radius"] for r in results], 0.0), axis=0)
+    prediction = np.where(correct.any(axis=0), y, ABSTAIN)  # no expert right: the oracle has nothing either
+    return (average_certified_radius(y, prediction, radius),
+            certified_accuracy_curve(y, prediction, radius, RADII).tolist())
 
 
 def loop_comparison(splits, settings, out, n_images, repeats=3):
@@ -205,6 +208,43 @@ def loop_comparison(splits, settings, out, n_images, repeats=3):
     return best["certify"] / n_images, best["loop"] / n_images
 
 
+def table(rows, splits, settings, out):
+    """The results table's markdown lines (header first) and each certificate row's curve data.
+
+    Returns
+    -------
+    lines : list of str
+    curves : dict of str -> (y_true, prediction, radius)
+        For :func:`smoothsk.plotting.plot_certified_accuracy` (oracles left out: not certificates).
+    """
+    header = ["row", "sigma", "ACR", "published ACR", "ratio", *(f"r={r:g}" for r in RADII), "train (s)",
+              "certify (s/image)", "samples/image", "R1 caps", "guarantee"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    y = splits.y_certify[:settings["images"]]
+    curves = {}
+    for row in rows:
+        name, sigma = (row, None) if row.startswith(("router-", "oracle-")) else row.rsplit("-", 1)
+        sigma = None if sigma is None else float(sigma)
+        if name.startswith("oracle-"):
+            acr, curve = oracle([run_row(name.removeprefix("oracle-"), s, splits, settings, out) for s in SIGMAS], y)
+            cells = [name, "each image's best", f"{acr:.3f}", "-", "-", *(f"{value:.3f}" for value in curve),
+                     "-", "-", "-", "-", "oracle: chooses with the certifying samples, NOT a certificate"]
+        else:
+            result = run_row(name, sigma, splits, settings, out)
+            curves[row] = (y, np.array(result["prediction"]), np.array(result["radius"]))
+            published = PUBLISHED_ACR.get(name, {}).get(sigma)
+            cells = [name, "per input" if sigma is None else f"{sigma:g}", f"{result['acr']:.3f}",
+                     "-" if published is None else f"{published:.3f}",
+                     "-" if published is None else f"{result['acr'] / published:.3f}",
+                     *(f"{value:.3f}" for value in result["curve"]),
+                     "read back" if result["train_seconds"] is None else f"{result['train_seconds']:.0f}",
+                     f"{result['certify_seconds_per_image']:.2f}", f"{result.get('samples_per_image', 0):.0f}",
+                     "-" if sigma is not None else f"{result['r1_capped']:.3f}", result.get("guarantee", "")]
+        lines.append("| " + " | ".join(cells) + " |")
+        print(lines[-1] if len(lines) > 3 else "\n".join(lines), flush=True)
+    return lines, curves
+
+
 def main():
     parser = quick_parser(__doc__, "n = 10,000 on the first 100 certify images, 10 epochs")
     parser.add_argument("--rows", default=",".join(f"{name}-{sigma:g}" for name in PUBLISHED_ACR for sigma in SIGMAS),
@@ -213,6 +253,8 @@ def main():
                              "best expert: a ceiling, not a certificate)")
     parser.add_argument("--data", default="../shared/data/mnist", help="folder of the real MNIST files")
     parser.add_argument("--out", default="benchmarks/results/mnist", help="folder of the models and checkpoints")
+    parser.add_argument("--report", help="folder to write the results page into (results.md and "
+                                         "certified_accuracy.png), e.g. docs/results/mnist")
     parser.add_argument("--loop-images", type=int, default=20,
                         help="images timed against Cohen et al.'s per-input loop (0: skip; default 20)")
     for option in ("n", "images", "epochs", "train"):
@@ -227,38 +269,35 @@ def main():
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table_header(["row", "sigma", "ACR", "published ACR", "ratio", *(f"r={r:g}" for r in RADII), "train (s)",
-                  "certify (s/image)", "samples/image", "R1 caps", "guarantee"])
-    y = splits.y_certify[:settings["images"]]
-    for row in args.rows.split(","):
-        if row.startswith(("router-", "oracle-")):
-            name, sigma = row, None
-        else:
-            name, sigma = row.rsplit("-", 1)
-            sigma = float(sigma)
-        if name.startswith("oracle-"):
-            experts = [run_row(name.removeprefix("oracle-"), s, splits, settings, out) for s in SIGMAS]
-            acr, curve = oracle(experts, y)
-            table_row([name, "each image's best", f"{acr:.3f}", "-", "-", *(f"{value:.3f}" for value in curve),
-                       "-", "-", "-", "-", "oracle: chooses with the certifying samples, NOT a certificate"])
-            continue
-        result = run_row(name, sigma, splits, settings, out)
-        published = PUBLISHED_ACR.get(name, {}).get(sigma)
-        train = "read back" if result["train_seconds"] is None else f"{result['train_seconds']:.0f}"
-        table_row([name, "per input" if sigma is None else f"{sigma:g}", f"{result['acr']:.3f}",
-                   "-" if published is None else f"{published:.3f}",
-                   "-" if published is None else f"{result['acr'] / published:.3f}",
-                   *(f"{value:.3f}" for value in result["curve"]), train,
-                   f"{result['certify_seconds_per_image']:.2f}", f"{result.get('samples_per_image', 0):.0f}",
-                   "-" if sigma is not None else f"{result['r1_capped']:.3f}", result.get("guarantee", "")])
+    lines, curves = table(args.rows.split(","), splits, settings, out)
+    notes = []
     if args.loop_images:
         certify_seconds, loop_seconds = loop_comparison(splits, settings, out, args.loop_images)
-        print(f"\nCertify time per image, Gaussian sigma 0.25, n = {settings['n']:,}, {args.loop_images} images (best "
-              f"of 3, CPU time): certify {certify_seconds:.2f} s, Cohen et al.'s per-input loop {loop_seconds:.2f} s: "
-              f"{loop_seconds / certify_seconds:.2f}x (target >= 1.0x).")
-    print("\nPublished certified accuracy at sigma 1.0 (r = " + " / ".join(f"{r:g}" for r in RADII) + "):")
-    for name, curve in PUBLISHED_CURVE.items():
-        print(f"- {name}: " + " / ".join(f"{value:.3f}" for value in curve))
+        notes.append(f"Certify time per image, Gaussian sigma 0.25, n = {settings['n']:,}, {args.loop_images} images "
+                     f"(best of 3, CPU time): certify {certify_seconds:.2f} s, Cohen et al.'s per-input loop "
+                     f"{loop_seconds:.2f} s: {loop_seconds / certify_seconds:.2f}x (target >= 1.0x).")
+    notes.append("Published certified accuracy at sigma 1.0 (r = " + " / ".join(f"{r:g}" for r in RADII) + "): "
+                 + "; ".join(f"{name} " + " / ".join(f"{value:.3f}" for value in curve)
+                             for name, curve in PUBLISHED_CURVE.items()) + ".")
+    print("\n" + "\n\n".join(notes))
+    if args.report:
+        write_report(Path(args.report), lines, notes, curves, settings)
+
+
+def write_report(folder, lines, notes, curves, settings):
+    """Write ``folder/results.md`` (the command's settings, table and notes) and its certified-accuracy curves."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from smoothsk.plotting import plot_certified_accuracy
+
+    folder.mkdir(parents=True, exist_ok=True)
+    ax = plot_certified_accuracy(curves, radii=np.linspace(0.0, 4.0, 161))
+    ax.set_title(f"Real MNIST, the protocol's {settings['images']} certify images, n = {settings['n']:,}")
+    ax.figure.savefig(folder / "certified_accuracy.png", dpi=120, bbox_inches="tight")
+    settings_line = ", ".join(f"{key} {value:,}" for key, value in settings.items())
+    (folder / "results.md").write_text(
+        f"Generated by `python benchmarks/bench_mnist.py --report {folder}` ({settings_line}).\n\n"
+        + "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n\n![certified accuracy](certified_accuracy.png)\n")
 
 
 if __name__ == "__main__":
