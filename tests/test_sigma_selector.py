@@ -311,6 +311,17 @@ class TestFit:
                                            lr=0.05, batch_size=64, certify_batch_size=1000).fit(X, y)
         return clf.sigma_search_, X
 
+    def test_selector_sigma_none_is_one_and_a_half_times_the_largest_level(self):
+        # levels (0.25, 0.5, 2.0): None must train and certify exactly as selector_sigma=3.0 does.
+        default, X = self.fit_selector_on_the_slab(selector_sigma=None)
+        explicit, _ = self.fit_selector_on_the_slab(selector_sigma=3.0)
+        engine = MonteCarloEngine(SlabLogits(), 2, 1000, root_seed=0)
+        X = torch.from_numpy(X[:50])
+        a, b = default.certify_sigma(engine, X, 0.01), explicit.certify_sigma(engine, X, 0.01)
+        np.testing.assert_array_equal(a.radius_cap, b.radius_cap)
+        np.testing.assert_array_equal(a.sigma, b.sigma)
+        assert np.max(a.radius_cap) > 1.0  # beyond what the old default noise (0.25) could certify at n = 200
+
     def test_selector_objective_one_gaussian_copy_is_the_default_training(self):
         default, _ = self.fit_selector_on_the_slab()
         gaussian, _ = self.fit_selector_on_the_slab(selector_objective=GaussianNoise(num_noise=1))

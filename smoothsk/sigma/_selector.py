@@ -56,6 +56,12 @@ def _probe(module, X, n_levels):
                          f"shape and return (batch, K) logits (K={n_levels}).") from error
 
 
+#: The selector's noise by default, per unit of the largest level: R1 can then exceed the largest level's
+#: radius (its cap ``level * PhiInv(alpha ** (1 / n))``) at equal samples, and the noise blurs the structure
+#: that decides the level less than a fixed large value would on a grid of small levels.
+SELECTOR_NOISE_PER_LEVEL = 1.5
+
+
 class CertifiedSigmaSelector(BaseCertifiedSigma):
     """Noise level per input from a smoothed selector, certified constant on a ball (Dual RS).
 
@@ -170,6 +176,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         ``selector_sigma`` averages them over a wider neighbourhood, so
         the selector follows the majority level there and stays confident.
         Too large a value blurs the structure that decides the level.
+        None means 1.5 times the largest level: then ``R1`` can exceed the
+        largest level's own cap at equal ``n``.
     n : int, default=10_000
         Estimation samples of the selector's certificate (and its PREDICT).
     n0 : int, default=100
@@ -227,7 +235,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         "levels": ["array-like", None],
         "selector": [callable, None],
         "fit_selector": ["boolean"],
-        "selector_sigma": [Interval(Real, 0, None, closed="neither")],
+        "selector_sigma": [Interval(Real, 0, None, closed="neither"), None],
         "n": [SAMPLE_SIZE],
         "n0": [SAMPLE_SIZE],
         "alpha_share": [Interval(Real, 0, 1, closed="neither")],
@@ -313,7 +321,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             epochs = context.max_epochs if self.selector_epochs is None else self.selector_epochs
             train_selector(context, module, X.to(context.device),
                            torch.as_tensor(self.train_levels_, device=context.device),
-                           self._component("selector_objective"), self.selector_sigma, epochs)
+                           self._component("selector_objective"), self._selector_noise(), epochs)
         else:
             module = self.selector.to(context.device)  # the estimator's clone: the user's module is untouched
         self._check_outputs(module, X[:1].to(context.device), n_levels)
@@ -412,6 +420,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
 
     # ------------------------------------------------------------ certifying
 
+    def _selector_noise(self):
+        """The selector's noise level: ``selector_sigma``, or where None the largest level times 1.5."""
+        if self.selector_sigma is not None:
+            return float(self.selector_sigma)
+        return SELECTOR_NOISE_PER_LEVEL * float(np.max(self.levels_))
+
     def _selector_engine(self, engine):
         if not hasattr(self, "levels_"):
             raise NotFittedError("This CertifiedSigmaSelector is not fitted: the estimator fits it in fit.")
@@ -430,10 +444,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         # Cohen et al.'s CERTIFY on the selector (levels as classes): the candidate level from n0 samples, its
         # bound from n fresh ones; p_lower > 1/2 makes it the smoothed selector's unique top level on B(x, R1).
         certified = FixedSampler(n=self.n, n0=self.n0).certify(
-            selector, X, np.full(n_inputs, float(self.selector_sigma)), alpha, stage=CERTIFIED_SIGMA_CERTIFY)
+            selector, X, np.full(n_inputs, self._selector_noise()), alpha, stage=CERTIFIED_SIGMA_CERTIFY)
         abstain = certified.prediction == ABSTAIN
         return CertifiedSigmaResult(self.levels_[certified.candidate], np.zeros(n_inputs, dtype=np.int64),
-                                    certified_radius(self.selector_sigma, certified.p_lower), certified.n_samples,
+                                    certified_radius(self._selector_noise(), certified.p_lower), certified.n_samples,
                                     abstain)
 
     def predict_sigma(self, engine, X, alpha):
@@ -441,7 +455,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         selector = self._selector_engine(engine)
         if selector is None:
             return np.full(len(X), self.levels_[0]), np.zeros(len(X), dtype=bool)
-        counts = selector.class_counts(X, np.full(len(X), float(self.selector_sigma)), self.n,
+        counts = selector.class_counts(X, np.full(len(X), self._selector_noise()), self.n,
                                        CERTIFIED_SIGMA_PREDICTION)
         top, abstain = top_two_test(counts, alpha)
         return self.levels_[top], abstain
