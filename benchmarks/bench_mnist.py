@@ -16,7 +16,9 @@ models (``router-<training>``): the three LeNets as experts of a
 ``CertifiedSigmaSelector`` with its defaults fitted on the training split:
 certificates of ``G``, stateless, its samples per image counting the
 selector's, and the share of correct images whose radius the selector's R1
-caps. ``oracle-<training>``: each image's best of the three by their own
+caps. ``pfat-selector``: one LeNet trained with PFAT's schedule over 0.25-1.0
+and the selector with its defaults (the single-model path).
+``oracle-<training>``: each image's best of the three by their own
 certificates, a ceiling and not a certificate. Last, the certify time per
 image against Cohen et al.'s per-input loop (``core.py``) on the Gaussian
 sigma-0.25 LeNet (``--loop-images``).
@@ -45,9 +47,17 @@ from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.models import LeNet
 from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import CertifiedSigmaSelector
+from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch
 from smoothsk.statistics import certified_radius
-from smoothsk.training import Consistency, FixedSigmaTraining, GaussianNoise, Macer, Pretrained, SmoothAdv
+from smoothsk.training import (
+    Consistency,
+    FixedSigmaTraining,
+    GaussianNoise,
+    Macer,
+    Pretrained,
+    PretrainFinetune,
+    SmoothAdv,
+)
 
 from _common import quick_parser, timed
 from bench_certify import per_input_loop
@@ -134,6 +144,29 @@ def router(name, splits, settings, out):
     return clf, time.perf_counter() - start
 
 
+def pfat_selector(splits, settings):
+    """One LeNet trained with PFAT's schedule over the levels 0.25, 0.5, 0.75, 1.0, routed by the selector.
+
+    ``PretrainFinetune(0.25, 1.0)`` with Gaussian noise (two copies, the
+    selector preset's training) for ``epochs`` (half pretraining, half
+    finetuning at a tenth of the rate), then a ``CertifiedSigmaSelector``
+    with its defaults over the schedule's grid: today's single-model path,
+    certificates of ``G``.
+    """
+    half = settings["epochs"] // 2
+    clf = SampleWiseSmoothedClassifier(
+        LeNet, training=PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=settings["epochs"] - half,
+                                         finetune_lr=0.005, objective=GaussianNoise(2),
+                                         assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=100)),
+        sigma_search=CertifiedSigmaSelector(n=settings["n"]), max_epochs=settings["epochs"], lr=0.05,
+        optimizer__momentum=0.9, batch_size=64, sampler=FixedSampler(n=settings["n"], n0=100), alpha=0.001,
+        certify_batch_size=1000, random_state=0)
+    start = time.perf_counter()
+    train = slice(0, settings["train"])
+    clf.fit(splits.X_train[train], splits.y_train[train])
+    return clf, time.perf_counter() - start
+
+
 def run_row(name, sigma, splits, settings, out):
     """Train (or read back) and certify (resuming) one row; its results as a dict, also written to ``out``.
 
@@ -146,7 +179,9 @@ def run_row(name, sigma, splits, settings, out):
     result_path = out / f"{row_stem}.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
-    if sigma is None:
+    if name == "pfat-selector":
+        clf, train_seconds = pfat_selector(splits, settings)
+    elif sigma is None:
         clf, train_seconds = router(name.removeprefix("router-"), splits, settings, out)
     else:
         clf, train_seconds = trained(name, sigma, splits, settings, out)
@@ -223,7 +258,7 @@ def table(rows, splits, settings, out):
     y = splits.y_certify[:settings["images"]]
     curves = {}
     for row in rows:
-        name, sigma = (row, None) if row.startswith(("router-", "oracle-")) else row.rsplit("-", 1)
+        name, sigma = (row, None) if row.startswith(("router-", "oracle-", "pfat-")) else row.rsplit("-", 1)
         sigma = None if sigma is None else float(sigma)
         if name.startswith("oracle-"):
             acr, curve = oracle([run_row(name.removeprefix("oracle-"), s, splits, settings, out) for s in SIGMAS], y)
@@ -249,8 +284,9 @@ def main():
     parser = quick_parser(__doc__, "n = 10,000 on the first 100 certify images, 10 epochs")
     parser.add_argument("--rows", default=",".join(f"{name}-{sigma:g}" for name in PUBLISHED_ACR for sigma in SIGMAS),
                         help="comma-separated rows, each <training>-<sigma>, router-<training> (the sound router "
-                             "over that training's experts at 0.25, 0.5 and 1.0) or oracle-<training> (each image's "
-                             "best expert: a ceiling, not a certificate)")
+                             "over that training's experts at 0.25, 0.5 and 1.0), pfat-selector (one PFAT model and "
+                             "the selector) or oracle-<training> (each image's best expert: a ceiling, not a "
+                             "certificate)")
     parser.add_argument("--data", default="../shared/data/mnist", help="folder of the real MNIST files")
     parser.add_argument("--out", default="benchmarks/results/mnist", help="folder of the models and checkpoints")
     parser.add_argument("--report", help="folder to write the results page into (results.md and "
