@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.base import clone
 from sklearn.model_selection import train_test_split
 
 from smoothsk import SampleWiseSmoothedClassifier
@@ -56,7 +57,9 @@ def pfat_classifier(step, epochs, n_cert, seed):
 def fitted(path, estimator, X, y):
     """The classifier saved at ``path``, or ``estimator`` fitted on ``X``, ``y`` and saved there (None: not kept)."""
     if path is not None and path.exists():
-        return SampleWiseSmoothedClassifier.load(path)
+        clf = SampleWiseSmoothedClassifier.load(path)
+        clf.training_ = clone(clf.training)  # what fit leaves, and a refitted selector reads its grid from
+        return clf
     clf = estimator.fit(X, y)
     if path is not None:
         clf.save(path)
