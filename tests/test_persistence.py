@@ -338,7 +338,8 @@ class TestSaveRefuses:
         assert os.listdir(tmp_path) == []
 
     def test_selector_state_outside_its_state_dict_is_refused_naming_it(self, make_linear_classifier, tmp_path):
-        clf = make_linear_classifier([1.0, -1.0], sigma_search=CertifiedSigmaSelector(
+        # bias 3: the input at 0 is class 1 at every level, so the selector has a target to learn.
+        clf = make_linear_classifier([1.0, -1.0], bias=3.0, sigma_search=CertifiedSigmaSelector(
             levels=(0.25, 0.5), selector=ShiftedNet, n=50, n0=10))
         clf.sigma_search_.selector_module_.shift.fill_(0.7)
         with pytest.raises(ValueError, match=r"Cannot save .*: sigma_search_ holds state that the file cannot hold"
