@@ -237,7 +237,8 @@ class TestFit:
         with torch.no_grad():
             selector(torch.zeros(1, 2))
         before = {key: value.clone() for key, value in selector.state_dict().items()}
-        search = CertifiedSigmaSelector(levels=(0.25, 0.5, 2.0), selector=selector, n=200, selector_epochs=30)
+        search = CertifiedSigmaSelector(levels=(0.25, 0.5, 2.0), selector=selector, n=200, selector_epochs=30,
+                                        min_level_gain=None, selector_sigma=0.25)
         rng = np.random.default_rng(0)
         X = np.column_stack([rng.uniform(-2, 2, 400), rng.uniform(-1, 1, 400)]).astype(np.float32)
         y = (np.abs(X[:, 0]) < 1).astype(int)
@@ -306,7 +307,7 @@ class TestFit:
         X = np.column_stack([rng.uniform(-2, 2, 400), rng.uniform(-1, 1, 400)]).astype(np.float32)
         y = (np.abs(X[:, 0]) < 1).astype(int)
         search = CertifiedSigmaSelector(levels=(0.25, 0.5, 2.0), selector=FlatMLP, n=200, selector_epochs=20,
-                                        **params)
+                                        **{"min_level_gain": None, "selector_sigma": 0.25, **params})
         clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=search, random_state=0,
                                            lr=0.05, batch_size=64, certify_batch_size=1000).fit(X, y)
         return clf.sigma_search_, X
@@ -374,7 +375,8 @@ class TestFit:
         training = PretrainFinetune(sigma_min=0.25, sigma_max=0.5, pretrain_epochs=0, finetune_epochs=0)
         X = disc_inputs(50)
         clf = SampleWiseSmoothedClassifier(
-            SlabLogits, training=training, sigma_search=CertifiedSigmaSelector(n=100, selector_epochs=1),
+            SlabLogits, training=training, sigma_search=CertifiedSigmaSelector(n=100, selector_epochs=1,
+                                                                              min_level_gain=None),
             random_state=0).fit(X, (np.abs(X[:, 0]) < 1).astype(int))
         fitted = clf.sigma_search_
         np.testing.assert_allclose(fitted.levels_, [0.25, 0.3, 0.35, 0.4, 0.45, 0.5])

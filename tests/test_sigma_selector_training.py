@@ -1,0 +1,29 @@
+"""The selector's training targets: which levels earn a place (useful_levels), and samples left without a target."""
+
+import numpy as np
+
+from smoothsk.sigma._selector_training import useful_levels
+
+
+class TestUsefulLevels:
+    def test_a_level_that_certifies_what_a_kept_one_does_stays_out(self):
+        # Levels 0 and 1 certify the same radii to within 1%; level 2 serves other samples.
+        radius = np.array([[1.00, 1.00, 0.0, 0.0],
+                           [1.01, 0.99, 0.0, 0.0],
+                           [0.00, 0.00, 1.0, 1.0]])
+        np.testing.assert_array_equal(useful_levels(radius, 0.02), [0, 2])
+
+    def test_the_first_kept_level_is_the_best_fixed_one(self):
+        radius = np.array([[0.5, 0.5, 0.5], [0.9, 0.1, 0.9], [0.0, 2.0, 0.0]])
+        assert useful_levels(radius, 10.0).tolist() == [2]  # total 2.0 against 1.9 and 1.5
+
+    def test_levels_are_added_by_their_rise_while_it_is_large_enough(self):
+        radius = np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 0.05]])
+        # Totals so far: 1.0, then 1.5 (+50%), then 1.55 (+3.3%).
+        assert useful_levels(radius, 0.02).tolist() == [0, 1, 2]
+        assert useful_levels(radius, 0.04).tolist() == [0, 1]
+        assert useful_levels(radius, 0.6).tolist() == [0]
+
+    def test_zero_gain_keeps_every_level_that_raises_the_total(self):
+        radius = np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 2.0]])
+        assert useful_levels(radius, 0.0).tolist() == [0, 2]  # level 1 raises nothing
