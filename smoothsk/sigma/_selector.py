@@ -165,7 +165,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     fit_selector : bool, default=True
         Train the selector in ``fit``. False uses the given module
         instance as it is.
-    selector_sigma : float, default=0.25
+    selector_sigma : float or None, default=None
         Noise level of the selector's smoothing (and of its training noise).
         It bounds every radius: even with all ``n`` samples on the top
         level, ``R1 <= selector_sigma * PhiInv((alpha_share * alpha) ** (1 / n))``
@@ -182,7 +182,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         Estimation samples of the selector's certificate (and its PREDICT).
     n0 : int, default=100
         Selection samples of the selector's certificate.
-    alpha_share : float, default=0.5
+    alpha_share : float, default=0.1
         Fraction of the estimator's ``alpha`` the selector's certificate
         uses, in (0, 1).
     selector_epochs : int or None, default=None
@@ -193,7 +193,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         averaged for each training target (above); None takes each
         sample's own best level. The neighbour search costs
         ``O(n_train^2 d)`` (scikit-learn ``NearestNeighbors``).
-    min_level_gain : float or None, default=None
+    min_level_gain : float or None, default=0.02
         Targets only among the levels that earn their place (above): each
         kept level raises the training set's total best radius by at least
         this fraction. None takes every level.
@@ -246,9 +246,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     }
     _refit_free_parameters = ("n", "n0", "alpha_share")
 
-    def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=0.25, n=10_000, n0=100,
-                 alpha_share=0.5, selector_epochs=None, target_neighbors=None, selector_objective=None,
-                 min_level_gain=None):
+    def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=None, n=10_000, n0=100,
+                 alpha_share=0.1, selector_epochs=None, target_neighbors=None, selector_objective=None,
+                 min_level_gain=0.02):
         self.levels = levels
         self.selector = selector
         self.fit_selector = fit_selector
