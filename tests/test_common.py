@@ -38,6 +38,7 @@ from smoothsk.training import (
     GaussianNoise,
     InstaRSTrain,
     Macer,
+    Pretrained,
     PretrainFinetune,
     SmoothAdv,
 )
@@ -78,7 +79,10 @@ OBJECTIVES = [
     Macer(num_noise=2),
     Consistency(lbd=5.0, base=SmoothAdv(epsilon=0.5, steps=1, num_noise=2)),
 ]
-COMPONENTS = SCHEDULES + SIGMA_SEARCHES + SAMPLERS + ALLOCATORS + OBJECTIVES
+#: Components checked on their own only: ``Pretrained`` needs a trained module instance, which the estimator checks'
+#: fresh fits do not give (its estimator is tested in test_training_pretrained.py).
+ON_THEIR_OWN = [Pretrained(sigma=0.5)]
+COMPONENTS = SCHEDULES + SIGMA_SEARCHES + SAMPLERS + ALLOCATORS + OBJECTIVES + ON_THEIR_OWN
 
 #: The estimator parameter each kind is passed as (objectives go inside schedules).
 PARAMETER = {id(component): name for name, kind in [
@@ -101,7 +105,7 @@ def smoothed(**components):
 
 def component_id(component):
     """A short test id: the kind's parameter (if any), the class and the position in COMPONENTS."""
-    kind = PARAMETER.get(id(component), "objective")
+    kind = PARAMETER.get(id(component), "training" if isinstance(component, Pretrained) else "objective")
     return f"{kind}-{type(component).__name__}-{next(i for i, c in enumerate(COMPONENTS) if c is component)}"
 
 
