@@ -53,8 +53,9 @@ def _tensor_form(tensor):
     tensor = tensor.detach().cpu()
     if tensor.layout != torch.strided:
         tensor = tensor.to_dense()
-    tensor = tensor.contiguous()
-    return ("tensor", layout, str(tensor.dtype), tuple(tensor.shape), tensor.reshape(-1).view(torch.uint8).numpy())
+    # An empty tensor may keep any stride through contiguous() (0 in a forged file), which view refuses.
+    values = tensor.contiguous().reshape(-1) if tensor.numel() else tensor.new_empty(0)
+    return ("tensor", layout, str(tensor.dtype), tuple(tensor.shape), values.view(torch.uint8).numpy())
 
 
 def _value_form(value, ancestors=frozenset()):

@@ -145,3 +145,10 @@ def test_mappings_keyed_by_tensors_are_digested():
     other = copy.deepcopy(optimizer.state)
     next(iter(other.values()))["momentum_buffer"] += 1
     assert value_digest(optimizer.state) != value_digest(other)
+
+
+def test_an_empty_tensor_of_any_stride_is_digested():
+    # A forged file can give an empty tensor the stride 0, which contiguous() keeps.
+    forged = torch.empty_strided((0,), (0,), dtype=torch.int64)
+    assert value_digest(forged) == value_digest(torch.empty(0, dtype=torch.int64))
+    assert value_digest(forged) != value_digest(torch.empty(0, dtype=torch.float32))
