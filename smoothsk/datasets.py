@@ -252,7 +252,9 @@ def load_mnist_protocol(folder):
         ``y_certify``: int64 labels of shape (n,); ``certify_index``: int64
         positions of the certify images in the official test set, shape
         (500,); ``protocol``: ``"official"`` or ``"5k"``, which training set
-        was found.
+        was found. Images are in the files' order: with the 5,000-image CSV,
+        which is sorted by class, the first training images are all zeros
+        (take a strided subset, ``X_train[::k]``, for a small balanced one).
 
     Raises
     ------
