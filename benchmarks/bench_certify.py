@@ -1,26 +1,35 @@
-"""Certification throughput: ``certify`` against the raw forward-pass limit and a per-input loop.
+"""Certification throughput: ``certify`` against the forward-pass limit and a per-input loop.
 
-Four ways to spend the same noisy samples on the same model and inputs (the
-digits), in one process; the model is ``DigitsCNN`` or, with ``--model
-two-layer``, a CNN of two convolutions and a linear read-out:
+Ways to spend the same noisy samples on the same model and inputs, in one
+process. The model is ``DigitsCNN`` on the 8x8 digits (default), a CNN of two
+convolutions (``--model two-layer``), ``LeNet`` on 1x28x28 inputs (``--model
+lenet``) or ``CifarResNet`` on 3x32x32 inputs (``--model cifar-resnet``, 64
+copies per batch); the last two certify their untrained weights as they are
+(``Pretrained``) on uniform random images, as only time is measured.
 
 - ``certify``: ``SampleWiseSmoothedClassifier.certify`` (validation, sigma,
-  packed and seeded Monte Carlo engine, Clopper-Pearson bounds);
-- ``raw limit``: the model's forward passes alone, over batches of a
-  preallocated buffer of noisy inputs (no noise drawn, nothing counted);
-- ``forward on normal_``: the same forward passes, each batch's noise drawn
-  by ``normal_`` into a reused buffer (the issue's "raw forward-pass limit");
-- ``per-input loop``: Cohen et al.'s reference CERTIFY written plainly: per
-  input, n0 selection then n estimation samples in batches of at most
-  ``batch_size`` copies of that input, noise from ``torch.randn_like``.
+  packed and seeded Monte Carlo engine, Clopper-Pearson bounds), in the
+  layout its ``certify_memory_format="auto"`` picks;
+- ``raw limit (contiguous)`` and ``(channels_last)``: the model's forward
+  passes alone, over batches of a preallocated buffer of noisy inputs (no
+  noise drawn, nothing counted), with the module and the batches in that layout;
+- ``forward on normal_ (contiguous)`` and ``(channels_last)``: the same forward
+  passes, each batch's noise drawn by ``normal_`` into a reused buffer, with
+  the module and the batches in that layout. The target's "forward-pass limit"
+  is the faster of the two in each repeat, so it cannot be met against a slow
+  layout;
+- ``per-input loop``: Cohen et al.'s reference CERTIFY written plainly, in
+  the contiguous layout as their code runs: per input, n0 selection then n
+  estimation samples in batches of at most ``batch_size`` copies of that
+  input, noise from ``torch.randn_like``.
 
-Targets (CPU, batches of 1,000 copies): (i) n = 20,000 per input: certify >=
-0.95x the forward passes on ``normal_`` noise; (ii) n = 200 per input over 500
-inputs and (iii) n = 10,000 per input over 8 inputs: certify >= 1.0x the
-per-input loop.
+Targets (CPU): (i) n = 20,000 per input: certify >= 0.95x the forward-pass
+limit; (ii) n = 200 per input over 500 inputs: certify >= 1.0x the per-input
+loop; (iii) n = 10,000 per input over 8 inputs: certify >= 1.0x the per-input
+loop (1.4x for ``lenet``).
 
-Run ``python benchmarks/bench_certify.py [--model two-layer]`` (``--quick`` for a
-smoke run). On Linux, glibc's malloc returns the model's activation buffers to
+Run ``python benchmarks/bench_certify.py [--model lenet] [--threads 2]``
+(``--quick`` for a smoke run). On Linux, glibc's malloc returns the model's activation buffers to
 the kernel after each forward pass at default settings, and page faults then
 cost every method up to half its time, differently at each batch size (see
 docs/scaling.md); the rows are comparable within one run either way, and
@@ -28,6 +37,7 @@ docs/scaling.md); the rows are comparable within one run either way, and
 ``smoothsk`` command runs) removes the effect for every method.
 """
 
+import copy
 import time
 
 import numpy as np
@@ -37,9 +47,9 @@ from scipy import stats
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.allocator import keep_freed_memory
 from smoothsk.datasets import load_digits_images
-from smoothsk.models import DigitsCNN
+from smoothsk.models import CifarResNet, DigitsCNN, LeNet
 from smoothsk.sampling import FixedSampler
-from smoothsk.training import FixedSigmaTraining
+from smoothsk.training import FixedSigmaTraining, Pretrained
 
 from _common import quick_parser, table_header, table_row, timed
 
@@ -62,7 +72,11 @@ class TwoLayerCNN(torch.nn.Module):
         return self.layers(x)
 
 
-MODELS = {"digits-cnn": DigitsCNN, "two-layer": TwoLayerCNN}
+#: Model name: (module class, input shape or None for the digits, copies per forward pass by default,
+#: inputs in regime (i), target of regime (iii)).
+MODELS = {"digits-cnn": (DigitsCNN, None, 1000, 4, 1.0), "two-layer": (TwoLayerCNN, None, 1000, 4, 1.0),
+          "lenet": (LeNet, (1, 28, 28), 1000, 4, 1.4), "cifar-resnet": (CifarResNet, (3, 32, 32), 64, 1, 1.0)}
+LAYOUTS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
 
 
 def sample_noise(module, x, num, batch_size, n_classes):
@@ -92,11 +106,19 @@ def per_input_loop(module, X, n, batch_size, n_classes):
     return prediction, radius
 
 
+def in_layout(module, X, layout):
+    """A copy of ``module`` and the inputs ``X`` (ndarray) as a tensor, both in ``layout``."""
+    X = torch.from_numpy(X)
+    if X.dim() != 4:
+        return module, X
+    return copy.deepcopy(module).to(memory_format=layout), X.contiguous(memory_format=layout)
+
+
 def raw_limit(module, X, n, batch_size):
-    """Forward passes over the same number of noisy inputs, from a preallocated buffer."""
+    """Forward passes over the same number of noisy inputs (tensor X), from a preallocated buffer."""
     total = len(X) * (N0 + n)
     generator = torch.Generator().manual_seed(0)
-    clean = torch.from_numpy(X)[torch.arange(batch_size) % len(X)]
+    clean = X[torch.arange(batch_size) % len(X)]
     noisy = clean + SIGMA * torch.randn(clean.shape, generator=generator)
     with torch.inference_mode():
         for start in range(0, total, batch_size):
@@ -104,10 +126,10 @@ def raw_limit(module, X, n, batch_size):
 
 
 def forward_on_normal(module, X, n, batch_size):
-    """Forward passes over the same number of noisy inputs, each batch's noise drawn by ``normal_``."""
+    """Forward passes over the same number of noisy inputs (tensor X), each batch's noise drawn by ``normal_``."""
     total = len(X) * (N0 + n)
     generator = torch.Generator().manual_seed(0)
-    clean = torch.from_numpy(X)[torch.arange(batch_size) % len(X)]
+    clean = X[torch.arange(batch_size) % len(X)]
     noise = torch.empty_like(clean)
     with torch.inference_mode():
         for start in range(0, total, batch_size):
@@ -135,11 +157,13 @@ def run_regime(clf, X, n, repeats, clock):
     """Times of each method on inputs X at n estimation samples each: {method: [seconds per repeat]}."""
     module, batch_size = clf.module_.eval(), clf.certify_batch_size
     clf.set_params(sampler__n=n, sampler__n0=N0)
+    layouts = {name: in_layout(module, X, layout) for name, layout in LAYOUTS.items()}
     methods = {
         "certify": lambda X: clf.certify(X),
-        "raw limit": lambda X: raw_limit(module, X, n, batch_size),
-        "forward on normal_": lambda X: forward_on_normal(module, X, n, batch_size),
-        "per-input loop": lambda X: per_input_loop(module, X, n, batch_size, len(clf.classes_)),
+        **{f"raw limit ({name})": lambda X, name=name: raw_limit(*layouts[name], n, batch_size) for name in LAYOUTS},
+        **{f"forward on normal_ ({name})": lambda X, name=name: forward_on_normal(*layouts[name], n, batch_size)
+           for name in LAYOUTS},
+        "per-input loop": lambda X: per_input_loop(layouts["contiguous"][0], X, n, batch_size, len(clf.classes_)),
     }
     for method in methods.values():
         method(X[:1])  # warm-up
@@ -147,13 +171,16 @@ def run_regime(clf, X, n, repeats, clock):
     for _ in range(repeats):  # interleaved, so that changes of load hit every method alike
         for name, method in methods.items():
             times[name].append(timed(method, X, clock=clock)[0])
+    # The forward-pass limit: the faster layout in each repeat.
+    times["forward-pass limit"] = np.minimum(*(times[f"forward on normal_ ({name})"] for name in LAYOUTS)).tolist()
     return times
 
 
 def main():
     parser = quick_parser(__doc__, "few inputs, one repeat (a smoke run)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--batch-size", type=int, default=1000, help="certify_batch_size (default 1000)")
+    parser.add_argument("--batch-size", type=int, help="certify_batch_size (default 1000; cifar-resnet 64)")
+    parser.add_argument("--regimes", default="i,ii,iii", help="regimes to run (default i,ii,iii)")
     parser.add_argument("--model", choices=sorted(MODELS), default="digits-cnn", help="base classifier")
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
                         help="time the process's CPU time (default; steadier on a shared machine) or wall time")
@@ -164,15 +191,25 @@ def main():
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
 
-    X, y = load_digits_images()
-    clf = SampleWiseSmoothedClassifier(MODELS[args.model], training=FixedSigmaTraining(SIGMA), sampler=FixedSampler(),
-                                       max_epochs=2, lr=0.05, optimizer__momentum=0.9, random_state=0,
-                                       certify_batch_size=args.batch_size)
-    clf.fit(X[:1000], y[:1000])
-    X_test = X[1000:]
-    regimes = [("(i)", 20_000, 2 if args.quick else 4, "forward on normal_", 0.95),
+    module, shape, batch_size, limit_inputs, loop_target = MODELS[args.model]
+    batch_size = args.batch_size or batch_size
+    if shape is None:
+        X, y = load_digits_images()
+        clf = SampleWiseSmoothedClassifier(module, training=FixedSigmaTraining(SIGMA), sampler=FixedSampler(),
+                                           max_epochs=2, lr=0.05, optimizer__momentum=0.9, random_state=0,
+                                           certify_batch_size=batch_size)
+        clf.fit(X[:1000], y[:1000])
+        X_test = X[1000:]
+    else:
+        torch.manual_seed(0)
+        X_test = np.random.default_rng(0).random((500,) + shape, dtype=np.float32)
+        clf = SampleWiseSmoothedClassifier(module().eval(), training=Pretrained(SIGMA), sampler=FixedSampler(),
+                                           random_state=0, certify_batch_size=batch_size)
+        clf.partial_fit(X_test[:1], np.zeros(1, dtype=np.int64), classes=np.arange(10))
+    regimes = [("(i)", 20_000, 1 if args.quick else limit_inputs, "forward-pass limit", 0.95),
                ("(ii)", 200, 100 if args.quick else 500, "per-input loop", 1.0),
-               ("(iii)", 10_000, 2 if args.quick else 8, "per-input loop", 1.0)]
+               ("(iii)", 10_000, 2 if args.quick else 8, "per-input loop", loop_target)]
+    regimes = [regime for regime in regimes if regime[0].strip("()") in args.regimes.split(",")]
     repeats = 1 if args.quick else args.repeats
 
     print(f"{args.model}, torch {torch.__version__}, {args.threads} thread(s), "
@@ -203,7 +240,7 @@ def main():
     print()
     table_header(["forward batch size", "microseconds per sample"])
     for size in sizes:
-        cost = forward_cost(clf.module_, tuple(X.shape[1:]), size, repeats + 2, clock)
+        cost = forward_cost(clf.module_, tuple(X_test.shape[1:]), size, repeats + 2, clock)
         table_row([f"{size}", f"{cost * 1e6:.1f}"])
 
 

@@ -56,9 +56,10 @@ class Smoothing:
         ``components.sigma_search`` is one, else None.
     alpha : float
         Failure probability of each certificate.
-    batch_size, device, n_jobs, autocast
+    batch_size, device, n_jobs, autocast, memory_format
         The engine's settings: ``certify_batch_size``, ``device``, ``n_jobs``,
-        ``certify_autocast`` (``"bfloat16"``, ``"float16"`` or None).
+        ``certify_autocast`` (``"bfloat16"``, ``"float16"`` or None),
+        ``certify_memory_format``.
     """
 
     module: torch.nn.Module
@@ -71,6 +72,7 @@ class Smoothing:
     device: str
     n_jobs: int
     autocast: str
+    memory_format: str
 
     def engine(self, X, root_seed, progress=None, one_worker=False):
         """The Monte Carlo engine for inputs ``X``, their noise keyed by their values.
@@ -95,7 +97,8 @@ class Smoothing:
         self.module.eval()
         engine = MonteCarloEngine(self.module, self.n_classes, self.batch_size, self.device,
                                   None if one_worker else self.n_jobs, root_seed=root_seed, progress=progress,
-                                  autocast=None if self.autocast is None else getattr(torch, self.autocast))
+                                  autocast=None if self.autocast is None else getattr(torch, self.autocast),
+                                  memory_format=self.memory_format)
         return engine.keyed_by(input_ids(X))
 
     def check_regions(self, regions):

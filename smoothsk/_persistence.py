@@ -165,8 +165,8 @@ _FILE_DEVICES = ("cpu", "cuda", "mps")
 MAX_CLASSES_BYTES = 64 * 2**20
 
 #: The parameters a file may set, by the kind of value each takes (see "Parameters a file may set").
-_PLAIN_PARAMETERS = frozenset({"alpha", "batch_size", "certify_autocast", "certify_batch_size", "device", "lr",
-                               "max_epochs", "n_jobs", "random_state", "verbose", "warm_start"})
+_PLAIN_PARAMETERS = frozenset({"alpha", "batch_size", "certify_autocast", "certify_batch_size", "certify_memory_format",
+                               "device", "lr", "max_epochs", "n_jobs", "random_state", "verbose", "warm_start"})
 _CLASS_PARAMETERS = frozenset({"module", "optimizer"})
 _COMPONENT_PARAMETERS = frozenset({"allocator", "sampler", "sigma_search", "training"})
 _PLAIN_PREFIXES = ("module__", "optimizer__")

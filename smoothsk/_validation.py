@@ -235,6 +235,7 @@ SMOOTHING_CONSTRAINTS = {
     "alpha": [Interval(Real, 0, 1, closed="neither")],
     "certify_batch_size": [Interval(Integral, 1, None, closed="left")],
     "certify_autocast": [StrOptions({"bfloat16", "float16"}), None],
+    "certify_memory_format": [StrOptions({"auto", "channels_last", "contiguous"})],
     "n_jobs": [Integral, None],
     "random_state": ["random_state"],
 }

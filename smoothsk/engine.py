@@ -58,7 +58,7 @@ from joblib import Parallel, delayed, effective_n_jobs
 
 from .experts import forward
 
-__all__ = ["MonteCarloEngine", "NOISE_BLOCK", "stage_key"]
+__all__ = ["MonteCarloEngine", "NOISE_BLOCK", "runs_channels_last", "stage_key"]
 
 #: Noisy copies per noise block (the unit of seeding on accelerators, independent of the batch size).
 NOISE_BLOCK = 128
@@ -133,6 +133,64 @@ def _check_sigma(sigma, noise_dtype):
 def _noise_dtype(dtype):
     """dtype in which the noisy copies of inputs of ``dtype`` are computed: float64 or else float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def runs_channels_last(memory_format, module, input_dim, accelerated):
+    """Whether 4-D batches and the module run in ``channels_last`` layout.
+
+    The rule is deterministic (never a timing): which layout runs must not
+    depend on how busy the machine was, so that certificates are
+    reproducible. ``"auto"`` picks ``channels_last`` for 4-D inputs on an
+    accelerator, and on the CPU for a module with a 2-D convolution, where
+    oneDNN's convolutions run fastest in it (``LeNet`` on 1x28x28 about 1.5x,
+    ``CifarResNet`` 1.35x, ``benchmarks/bench_certify.py``); a module
+    without one (a flattening MLP) stays contiguous, as a ``Flatten`` of a
+    ``channels_last`` batch would copy it.
+
+    Parameters
+    ----------
+    memory_format : {"auto", "channels_last", "contiguous"}
+    module : torch.nn.Module
+    input_dim : int
+        Dimensions of a batch of inputs (4 for images: batch, channels, height, width).
+    accelerated : bool
+        Whether the engine takes the accelerator path.
+
+    Returns
+    -------
+    bool
+    """
+    if input_dim != 4 or memory_format == "contiguous":
+        return False
+    if memory_format == "channels_last":
+        return True
+    return accelerated or any(isinstance(layer, (torch.nn.Conv2d, torch.nn.ConvTranspose2d))
+                              for layer in module.modules())
+
+
+def _noise_buffer(n_copies, input_shape, dtype, device, channels_last):
+    """A noise buffer written in memory order and the view the arithmetic uses.
+
+    The noise source fills copies one after another in memory order
+    (``stored``, contiguous); in ``channels_last`` layout that order is
+    (height, width, channel), so the noise lands in the batch's final layout
+    with no copy. Every value is an independent standard normal whichever
+    order fills it; for one channel both orders are the same.
+
+    Returns
+    -------
+    stored : torch.Tensor, shape (n_copies, *stored_shape)
+        Contiguous; ``stored_shape`` is ``input_shape`` or, in ``channels_last``,
+        (height, width, channels).
+    noise : torch.Tensor, shape (n_copies, *input_shape)
+        The same memory, in the batch's layout.
+    """
+    if not channels_last:
+        stored = torch.empty((n_copies,) + input_shape, dtype=dtype, device=device)
+        return stored, stored
+    channels, height, width = input_shape
+    stored = torch.empty((n_copies, height, width, channels), dtype=dtype, device=device)
+    return stored, stored.permute(0, 3, 1, 2)
 
 
 class _NoiseSource:
@@ -288,13 +346,17 @@ class MonteCarloEngine:
         Run the module under ``torch.autocast`` with this dtype
         (``torch.bfloat16`` or ``torch.float16``); None runs it as it is.
         Counts are then those of the module as run in that precision.
+    memory_format : {"auto", "channels_last", "contiguous"}, default="auto"
+        Layout of 4-D (image) batches and of the module's 4-D weights while
+        sampling; see :func:`runs_channels_last`. The module is converted in
+        place (its values are untouched, only their strides). Counts are those
+        of the module as run in that layout.
 
     Notes
     -----
     On an accelerator (any device but the CPU) the noise is drawn and the
     counts are reduced on the device, with no host synchronisation per batch
-    (the counts come back once per call and worker); 4-D inputs go through
-    the module in ``channels_last`` layout; the inputs are copied from pinned
+    (the counts come back once per call and worker); the inputs are copied from pinned
     host memory on CUDA. A batch that runs out of device memory is retried at
     half the batch size, with a warning, down to one copy per batch: the
     noise of each copy does not depend on the batch size, so neither do the
@@ -314,7 +376,7 @@ class MonteCarloEngine:
     _accelerator_path = False
 
     def __init__(self, module, n_classes, batch_size, device="cpu", n_jobs=None, root_seed=0, progress=None,
-                 autocast=None):
+                 autocast=None, memory_format="auto"):
         self.module = module
         self.n_classes = int(n_classes)
         self.batch_size = int(batch_size)
@@ -323,6 +385,7 @@ class MonteCarloEngine:
         self.root_seed = int(root_seed)
         self.progress = progress
         self.autocast = autocast
+        self.memory_format = memory_format
         self.input_ids = None
 
     def restricted(self, rows):
@@ -448,16 +511,19 @@ class MonteCarloEngine:
         noise : torch.Tensor, shape (n_inputs, n_copies, *input_shape)
             Standard normal values on the engine's device.
         """
-        shape = tuple(X.shape[1:])
-        source = _NoiseSource(stage_key(self.root_seed, stage), shape, X.dtype, self.device, self._accelerated())
-        noise = torch.empty((len(X), n_copies) + shape, dtype=X.dtype, device=self.device)
+        stored, noise = _noise_buffer(len(X) * n_copies, tuple(X.shape[1:]), X.dtype, self.device,
+                                      self._channels_last(X))
+        source = _NoiseSource(stage_key(self.root_seed, stage), stored.shape[1:], X.dtype, self.device,
+                              self._accelerated())
         # The inputs' copies one after another: one pass over all of them.
-        source.fill_segments(noise.view((-1,) + shape),
-                             [(input_id, 0, n_copies) for input_id in self._ids(len(X)).tolist()])
-        return noise
+        source.fill_segments(stored, [(input_id, 0, n_copies) for input_id in self._ids(len(X)).tolist()])
+        return noise.view((len(X), n_copies) + tuple(X.shape[1:]))
 
     def _accelerated(self):
         return self.device.type != "cpu" or self._accelerator_path
+
+    def _channels_last(self, X):
+        return runs_channels_last(self.memory_format, self.module, X.dim(), self._accelerated())
 
     def _run(self, X, sigma, n_samples, stage, soft):
         while True:
@@ -492,8 +558,10 @@ class MonteCarloEngine:
         if self.device.type == "cuda":
             X = X.pin_memory()
         X = X.to(self.device, non_blocking=True)
-        if self._accelerated() and X.dim() == 4:
-            X = X.contiguous(memory_format=torch.channels_last)
+        if X.dim() == 4:
+            layout = torch.channels_last if self._channels_last(X) else torch.contiguous_format
+            X = X.contiguous(memory_format=layout)
+            self.module.to(memory_format=layout)
         sigma_t = torch.as_tensor(sigma, dtype=_noise_dtype(X.dtype), device=self.device)
         # Sample ends on the device: the owner of each copy is found there, with no host copy per batch.
         ends_t = torch.as_tensor(ends, device=self.device)
@@ -538,13 +606,11 @@ class MonteCarloEngine:
         last = int(np.searchsorted(ends, last_sample - 1, side="right"))
         accumulator = torch.zeros((last - first + 1) * self.n_classes,
                                   dtype=torch.float64 if soft else torch.int64, device=self.device)
-        accelerated = self._accelerated()
         noise_dtype = _noise_dtype(X.dtype)
-        noise = torch.empty((min(self.batch_size, total),) + tuple(X.shape[1:]), dtype=noise_dtype, device=self.device,
-                            memory_format=torch.channels_last if accelerated and X.dim() == 4
-                            else torch.contiguous_format)
+        stored, noise = _noise_buffer(min(self.batch_size, total), tuple(X.shape[1:]), noise_dtype, self.device,
+                                      self._channels_last(X))
         undefined = torch.zeros((), dtype=torch.int64, device=self.device)
-        source = _NoiseSource(key, X.shape[1:], noise_dtype, self.device, accelerated)
+        source = _NoiseSource(key, stored.shape[1:], noise_dtype, self.device, self._accelerated())
         for batch_start in batch_starts:
             batch_start = int(batch_start)
             batch_end = min(batch_start + self.batch_size, total)
@@ -554,7 +620,7 @@ class MonteCarloEngine:
             copy_begin = np.maximum(starts[lo:hi], batch_start) - starts[lo:hi]
             copy_end = np.minimum(ends[lo:hi], batch_end) - starts[lo:hi]
             batch_noise = noise[:batch_end - batch_start]
-            source.fill_segments(batch_noise, [
+            source.fill_segments(stored[:batch_end - batch_start], [
                 (input_id, begin, end)
                 for input_id, begin, end in zip(input_ids[lo:hi].tolist(), copy_begin.tolist(), copy_end.tolist(),
                                                 strict=True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from smoothsk.engine import NOISE_BLOCK, MonteCarloEngine, _NoiseSource, _splitmix64, stage_key
+from smoothsk.engine import NOISE_BLOCK, MonteCarloEngine, _NoiseSource, _splitmix64, runs_channels_last, stage_key
 
 THRESHOLDS = (-0.5, 0.4)
 
@@ -20,7 +20,7 @@ class Buckets(torch.nn.Module):
     """
 
     def forward(self, x):
-        bucket = torch.bucketize(x.flatten(1)[:, 0], torch.tensor(THRESHOLDS, dtype=x.dtype))
+        bucket = torch.bucketize(x.flatten(1)[:, 0].contiguous(), torch.tensor(THRESHOLDS, dtype=x.dtype))
         return 10.0 * torch.nn.functional.one_hot(bucket, 3).to(x.dtype)
 
 
@@ -448,6 +448,68 @@ class TestAcceleratorPath:
         assert chi_square_statistic(counts, exact_probabilities(x, sigma)) < stats.chi2.ppf(1 - 1e-6, df=12)
         split = MonteCarloEngine(Buckets(), 3, batch_size=33, n_jobs=3, root_seed=5).class_counts(X, sigma, 4000, (1,))
         np.testing.assert_array_equal(split, counts)
+
+
+def small_convnet(in_channels=3):
+    """A convolution and a linear read-out over (n, in_channels, 4, 4) inputs: 3 logits."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(in_channels, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(64, 3)).eval()
+
+
+class TestMemoryFormat:
+    @pytest.mark.parametrize("memory_format, module, input_dim, accelerated, expected", [
+        ("auto", small_convnet(), 4, False, True),  # a CPU conv net: its fastest layout
+        ("auto", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 3)), 4, False, False),  # an MLP
+        ("auto", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 3)), 4, True, True),  # accelerators
+        ("auto", small_convnet(), 2, False, False),  # not an image batch
+        ("contiguous", small_convnet(), 4, True, False),
+        ("channels_last", torch.nn.Flatten(), 4, False, True),
+        ("channels_last", torch.nn.Flatten(), 3, False, False),
+    ])
+    def test_the_layout_is_a_function_of_the_setting_module_and_device(self, memory_format, module, input_dim,
+                                                                        accelerated, expected):
+        assert runs_channels_last(memory_format, module, input_dim, accelerated) is expected
+
+    @pytest.mark.parametrize("memory_format, channels_last", [("auto", True), ("contiguous", False)])
+    def test_batches_and_weights_run_in_the_chosen_layout_with_the_weights_unchanged(self, memory_format,
+                                                                                     channels_last):
+        module = small_convnet()
+        weights = {name: value.clone() for name, value in module.state_dict().items()}
+        recorder = Recorder(module)
+        MonteCarloEngine(recorder, 3, batch_size=64, root_seed=0, memory_format=memory_format).class_counts(
+            torch.rand(3, 3, 4, 4), 0.5, 100, (1,))
+        conv = module[0].weight
+        for batch in recorder.batches:
+            assert batch.is_contiguous(memory_format=torch.channels_last) is channels_last
+            assert batch.is_contiguous() is not channels_last
+        assert conv.is_contiguous(memory_format=torch.channels_last) is channels_last
+        for name, value in module.state_dict().items():
+            assert torch.equal(value, weights[name]), name
+
+    @pytest.mark.parametrize("channels", [1, 3])
+    def test_the_module_sees_the_noise_standard_normal_gives_in_either_layout(self, channels):
+        # Noise is written in memory order, so in channels_last the (height, width, channel) order; each copy's
+        # values are the same draws in both layouts (a permutation of them for several channels; none for one),
+        # and standard_normal, which the gradient searches differentiate through, follows the layout too.
+        X = torch.zeros(2, channels, 4, 4)
+        seen = {}
+        for memory_format in ("channels_last", "contiguous"):
+            recorder = Recorder(small_convnet(channels))
+            engine = MonteCarloEngine(recorder, 3, batch_size=7, root_seed=3, memory_format=memory_format)
+            engine.class_counts(X, 1.0, 10, (2,))
+            seen[memory_format] = torch.cat(recorder.batches).view(2, 10, channels, 4, 4)
+            assert torch.equal(engine.standard_normal(X, 10, (2,)), seen[memory_format])
+        last, standard = seen["channels_last"], seen["contiguous"]
+        assert torch.equal(last.flatten(2).sort(dim=2).values, standard.flatten(2).sort(dim=2).values)
+        assert torch.equal(last, standard) is (channels == 1)
+
+    def test_counts_follow_the_exact_probabilities_in_channels_last(self, inputs):
+        X, x, sigma = inputs
+        images = X.view(-1, 1, 1, 1).expand(-1, 2, 2, 2).contiguous()
+        engine = MonteCarloEngine(Buckets(), 3, batch_size=700, root_seed=5, memory_format="channels_last")
+        counts = engine.class_counts(images, sigma, 4000, (1,))
+        assert chi_square_statistic(counts, exact_probabilities(x, sigma)) < stats.chi2.ppf(1 - 1e-6, df=12)
 
 
 class TestOutOfMemory:

@@ -189,6 +189,7 @@ class TestValidation:
         pytest.param({"sampler__n0": 0}, "'n0' parameter of FixedSampler", id="n0-0"),
         pytest.param({"certify_batch_size": 0}, "'certify_batch_size' parameter", id="batch-size"),
         pytest.param({"certify_autocast": "float64"}, "'certify_autocast' parameter", id="autocast"),
+        pytest.param({"certify_memory_format": "nhwc"}, "'certify_memory_format' parameter", id="memory-format"),
         pytest.param({"training__objective": GaussianNoise(num_noise=0)}, "'num_noise' parameter", id="num-noise"),
     ])
     @pytest.mark.parametrize("method", ["certify", "predict", "predict_proba", "fit"])

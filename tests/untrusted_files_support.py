@@ -53,14 +53,14 @@ KEY = b"fuzz-key-" + b"k" * 23
 
 #: Parameter names a mutation sets: the file's own, those a file may not set, internals and made-up ones.
 PARAMETER_NAMES = [
-    "alpha", "batch_size", "certify_autocast", "certify_batch_size", "device", "lr", "max_epochs", "n_jobs",
-    "random_state", "verbose", "warm_start", "module", "optimizer", "allocator", "sampler", "sigma_search",
-    "training", "module__hidden", "module__n_classes", "module__width", "module__blocks", "optimizer__momentum",
-    "optimizer__params", "compile", "compile__options", "compile__backend", "torch_load_kwargs", "callbacks",
-    "callbacks__print_log__sink", "criterion", "criterion__weight", "iterator_train", "iterator_train__collate_fn",
-    "iterator_valid", "dataset", "train_split", "predict_nonlinearity", "use_caching", "module_", "classes_",
-    "history", "_params_to_validate", "initialized_", "__class__", "__dict__", "", "module__", "module____init__",
-    "module__experts", "module__levels",
+    "alpha", "batch_size", "certify_autocast", "certify_batch_size", "certify_memory_format", "device", "lr",
+    "max_epochs", "n_jobs", "random_state", "verbose", "warm_start", "module", "optimizer", "allocator", "sampler",
+    "sigma_search", "training", "module__hidden", "module__n_classes", "module__width", "module__blocks",
+    "optimizer__momentum", "optimizer__params", "compile", "compile__options", "compile__backend",
+    "torch_load_kwargs", "callbacks", "callbacks__print_log__sink", "criterion", "criterion__weight",
+    "iterator_train", "iterator_train__collate_fn", "iterator_valid", "dataset", "train_split",
+    "predict_nonlinearity", "use_caching", "module_", "classes_", "history", "_params_to_validate", "initialized_",
+    "__class__", "__dict__", "", "module__", "module____init__", "module__experts", "module__levels",
 ]
 #: Dotted class names a mutation writes: allowed ones, the estimator's own and names of code.
 CLASS_NAMES = [
