@@ -25,8 +25,8 @@ class DigitsCNN(nn.Module):
         super().__init__()
         self.layers = nn.Sequential(
             nn.Conv2d(1, width, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(),
-            nn.MaxPool2d(2),
+            # Pooling before the ReLU: the same values (max and ReLU commute) on a quarter of them.
+            nn.Conv2d(width, 2 * width, 3, padding=1), nn.MaxPool2d(2), nn.ReLU(),
             nn.Flatten(),
             nn.Linear(2 * width * 16, 128), nn.ReLU(),
             nn.Linear(128, n_classes),
@@ -74,8 +74,10 @@ class LeNet(nn.Module):
     def __init__(self, n_classes=10):
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+            # Each pooling before its ReLU: the same values (max and ReLU commute) on a quarter of them,
+            # and the same parameter names as the classic order (pooling and ReLU have none).
+            nn.Conv2d(1, 6, 5, padding=2), nn.MaxPool2d(2), nn.ReLU(),
+            nn.Conv2d(6, 16, 5), nn.MaxPool2d(2), nn.ReLU(),
             nn.Flatten(),
             nn.Linear(16 * 5 * 5, 120), nn.ReLU(),
             nn.Linear(120, 84), nn.ReLU(),
