@@ -16,7 +16,10 @@ models (``router-<training>``): the three LeNets as experts of a
 ``CertifiedSigmaSelector`` with its defaults fitted on the training split:
 certificates of ``G``, stateless, its samples per image counting the
 selector's, and the share of correct images whose radius the selector's R1
-caps. ``pfat-selector``: one LeNet trained with PFAT's schedule over 0.25-1.0
+caps. ``router-reachable-<training>``: the same fitted router with
+``certify_reachable_levels=True`` (where R1 caps a radius, the experts of the
+levels the selector may switch to are certified too). ``pfat-selector``: one
+LeNet trained with PFAT's schedule over 0.25-1.0
 and the selector with its defaults (the single-model path).
 ``oracle-<training>``: each image's best of the three by their own
 certificates, a ceiling and not a certificate. Last, the certify time per
@@ -131,8 +134,14 @@ def router(name, splits, settings, out):
 
     No expert is trained again (``Pretrained``): the selector is fitted on
     the training split with its defaults and certifies its level per input
-    (``G``, stateless), the expert of that level certifies the class.
+    (``G``, stateless), the expert of that level certifies the class. The
+    fitted router is saved (experts and selector in one model file) and read
+    back by later runs, so its two certificate variants share one fit; the
+    fit's seconds are None when read back.
     """
+    model_path = out / f"router-{stem(name, None, splits, settings, model=True)}.safetensors"
+    if model_path.exists():
+        return SampleWiseSmoothedClassifier.load(model_path), None
     experts = [trained(name, sigma, splits, settings, out)[0].module_ for sigma in SIGMAS]
     clf = SampleWiseSmoothedClassifier(
         NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(
@@ -141,7 +150,9 @@ def router(name, splits, settings, out):
     start = time.perf_counter()
     train = slice(0, settings["train"])
     clf.fit(splits.X_train[train], splits.y_train[train])
-    return clf, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    clf.save(model_path)
+    return clf, seconds
 
 
 def pfat_selector(splits, settings):
@@ -181,6 +192,9 @@ def run_row(name, sigma, splits, settings, out):
         return json.loads(result_path.read_text())
     if name == "pfat-selector":
         clf, train_seconds = pfat_selector(splits, settings)
+    elif name.startswith("router-reachable-"):
+        clf, train_seconds = router(name.removeprefix("router-reachable-"), splits, settings, out)
+        clf.set_params(sigma_search__certify_reachable_levels=True)
     elif sigma is None:
         clf, train_seconds = router(name.removeprefix("router-"), splits, settings, out)
     else:

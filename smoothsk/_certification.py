@@ -28,11 +28,12 @@ from . import _parallel
 from ._data import input_ids
 from ._digest import module_fingerprint
 from ._params import Components
-from ._stages import PREDICT_STAGE
+from ._stages import PREDICT_STAGE, REACHABLE_LEVEL_STAGE
 from .certificates import ABSTAIN, Certificates, fixed_sigma_guarantee
 from .engine import MonteCarloEngine
 from .regions import NoRegions
 from .sigma import BaseCertifiedSigma, FixedSigma
+from .statistics import certified_radius
 
 __all__ = ["Smoothing", "certify_rows", "guarantee", "prediction_counts"]
 
@@ -205,11 +206,13 @@ def _certify_sample_wise(smoothing, X, engine, regions):
     X_t = torch.from_numpy(X)
     chosen = sigma_function.certify_sigma(engine, X_t, share * smoothing.alpha)
     rows = np.flatnonzero(~chosen.abstain)
+    # Where the function certifies the levels it may switch to, each level's certificate (the chosen one's
+    # and those of the levels it may switch to) gets an equal part of the classifier's alpha, fixed in advance.
+    level_alpha = (1.0 - share) * smoothing.alpha / (1 if chosen.level_reach is None else len(chosen.levels))
 
     def certify_fn(subset, sigma, stage, alpha_share=1.0):
         subset = rows[np.asarray(subset, dtype=np.int64)]
-        return sampler.certify(engine.restricted(subset), X_t[subset], sigma,
-                               (1.0 - share) * smoothing.alpha * alpha_share, stage)
+        return sampler.certify(engine.restricted(subset), X_t[subset], sigma, level_alpha * alpha_share, stage)
 
     classified = smoothing.components.allocator.allocate(
         regions, X[rows].reshape(len(rows), smoothing.n_features), chosen.sigma[rows], certify_fn)
@@ -218,10 +221,72 @@ def _certify_sample_wise(smoothing, X, engine, regions):
     n_samples = np.zeros(len(X), dtype=np.int64)
     prediction[rows], p_lower[rows], n_samples[rows] = classified.prediction, classified.p_lower, classified.n_samples
     radius = sigma_function.g_radius(chosen.sigma, p_lower, chosen.radius_cap, smoothing.n_features)
+    if chosen.level_reach is not None:
+        radius, reachable_samples = _widen_to_reachable_levels(engine, X_t, sampler, chosen, prediction, p_lower,
+                                                               level_alpha)
+        n_samples += reachable_samples
     radius = np.where(prediction >= 0, np.maximum(radius, 0.0), 0.0)
     return Certificates(prediction, radius, chosen.sigma, p_lower, n_samples, chosen.steps,
                         radius_cap=chosen.radius_cap, sigma_samples=chosen.n_samples,
                         guarantee=sigma_function.guarantee)
+
+
+def _widen_to_reachable_levels(engine, X, sampler, chosen, prediction, p_lower, alpha):
+    """Radii of ``G`` where the chosen level's certificate is capped by a level the selector may switch to.
+
+    **Proof.** Let ``c`` be the class ``g(., s_k)`` certifies at the chosen
+    level ``s_k`` on ``B(x, R_k)``, and ``rho_j`` the radius within which
+    the sigma function does not take level ``s_j`` (``chosen.level_reach``).
+    Where ``rho_j < R_k`` for some other level, ``g(., s_j)`` is certified
+    too, at a stage of its own (which levels and inputs are sampled depends on
+    the selector's and the chosen level's samples only, never on these),
+    giving ``R_j`` where it certifies ``c`` (else 0). On a ball of radius
+    ``r <= min(R_k, min_j max(R_j, rho_j))`` every ``x'`` has ``sigma(x') =
+    s_j`` for a level with ``r <= rho_j`` (impossible within the ball) or
+    ``r <= R_j``, or the chosen one: so ``G(x') = g(x', sigma(x')) = c``.
+    The selector's bounds and each level's certificate hold together with
+    probability at least ``1 - alpha_share * alpha - K * alpha_level``, the
+    estimator's ``alpha``. Where no other level is reachable within ``R_k``
+    the radius is ``min(R_k, R1)``, as without this widening.
+
+    Parameters
+    ----------
+    engine : MonteCarloEngine
+        The classifier's engine, keyed by the inputs.
+    X : torch.Tensor, shape (n_inputs, *input_shape)
+    sampler : BaseSampler
+    chosen : CertifiedSigmaResult
+        With ``level_reach`` and ``levels``.
+    prediction : ndarray of int, shape (n_inputs,)
+        ``c`` (``ABSTAIN`` where the chosen level abstains).
+    p_lower : ndarray of float, shape (n_inputs,)
+        The chosen level's lower bound on ``c``'s probability.
+    alpha : float
+        Failure probability of each level's certificate.
+
+    Returns
+    -------
+    radius : ndarray of float, shape (n_inputs,)
+    n_samples : ndarray of int, shape (n_inputs,)
+        Classifier samples spent at the other levels.
+    """
+    own = certified_radius(chosen.sigma, p_lower)
+    capped = (prediction >= 0) & (chosen.radius_cap < own)
+    radius = own.copy()
+    n_samples = np.zeros(len(X), dtype=np.int64)
+    for index, level in enumerate(chosen.levels):
+        other = chosen.sigma != level
+        reach = chosen.level_reach[:, index]
+        rows = np.flatnonzero(capped & other & (reach < own))
+        level_radius = np.zeros(len(X))
+        if len(rows):
+            certified = sampler.certify(engine.restricted(rows), X[rows], np.full(len(rows), level), alpha,
+                                        (REACHABLE_LEVEL_STAGE, index))
+            level_radius[rows] = np.where(certified.prediction == prediction[rows],
+                                          certified_radius(level, certified.p_lower), 0.0)
+            n_samples[rows] += certified.n_samples
+        radius = np.where(other, np.minimum(radius, np.maximum(level_radius, reach)), radius)
+    return radius, n_samples
 
 
 def prediction_counts(smoothing, X, root_seed, regions):

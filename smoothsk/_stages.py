@@ -26,8 +26,9 @@ one salt per use, so that no two uses share a seed.
   each of which the sampler appends :data:`SELECTION` or :data:`ESTIMATION`
   (and a round index for sequential estimation); a certified sigma
   function's own CERTIFY, a sampler at :data:`CERTIFIED_SIGMA_CERTIFY`:
-  :data:`CERTIFIED_SIGMA_SELECTION` and :data:`CERTIFIED_SIGMA_ESTIMATION`.
-  The sigma search chooses sigma, so its
+  :data:`CERTIFIED_SIGMA_SELECTION` and :data:`CERTIFIED_SIGMA_ESTIMATION`;
+  the certificates of the levels it may switch to, ``(REACHABLE_LEVEL_STAGE,
+  level)`` (sampler stages appended). The sigma search chooses sigma, so its
   stages must differ from every bounding stage.
 - predict's engine (root seed from :data:`PREDICT_SALT`): the search's
   stages again, :data:`PREDICT_STAGE` and :data:`CERTIFIED_SIGMA_PREDICTION`.
@@ -130,6 +131,11 @@ CERTIFIED_SIGMA_SELECTION = (*CERTIFIED_SIGMA_CERTIFY, SELECTION)
 CERTIFIED_SIGMA_ESTIMATION = (*CERTIFIED_SIGMA_CERTIFY, ESTIMATION)
 #: A certified sigma function's choice in ``predict``.
 CERTIFIED_SIGMA_PREDICTION = (CERTIFIED_SIGMA_STAGE, 2)
+#: First element of the certificates of the levels a certified sigma function
+#: may switch to within an input's radius, ``(REACHABLE_LEVEL_STAGE, level)``:
+#: which levels are sampled depends on the chosen level's samples (first pass),
+#: so their own samples come from streams of their own.
+REACHABLE_LEVEL_STAGE = 9
 #: Insta-RS's level updates: both candidate levels on this one stage (common
 #: noise directions). Its value is a grid search's stage, never under the same
 #: root seed: every training engine draws a root seed of its own.

@@ -44,6 +44,9 @@ LEVELS = (0.25, 1.0)
 EXPERT_LINES = (((1.0, -0.5), 0.3), ((-0.4, 1.0), -0.2))
 #: ``(weight, bias)`` of the selector: level ``LEVELS[1]`` where ``weight . x + bias > 0``, else ``LEVELS[0]``.
 SELECTOR_LINE = ((0.6, 0.8), 0.1)
+#: Experts whose lines are close (they agree on most inputs), where certifying the levels the selector may
+#: switch to widens the radii R1 caps.
+AGREEING_EXPERT_LINES = (((1.0, -0.5), 0.3), ((0.9, -0.6), 0.25))
 SELECTOR_SIGMA = 0.25
 #: A large alpha: certificates close to the exact radii, so the soundness check has power.
 ALPHA = 0.25
@@ -84,7 +87,7 @@ def distance_to_polyhedron(point, normals, offsets):
     return nearest
 
 
-def g_disagrees_on_ball(centre, radius, label):
+def g_disagrees_on_ball(centre, radius, label, expert_lines=EXPERT_LINES):
     """Whether ``G(x') != label`` for some ``x'`` of the open ball ``B(centre, radius)`` (its centre if 0).
 
     For each level ``k``: the half-plane where the selector picks ``k``,
@@ -97,13 +100,15 @@ def g_disagrees_on_ball(centre, radius, label):
     radius : float
     label : int
         The certified class, 0 or 1.
+    expert_lines : tuple
+        ``(weight, bias)`` of each level's expert.
 
     Returns
     -------
     bool
     """
     selector_weight, selector_bias = np.asarray(SELECTOR_LINE[0]), SELECTOR_LINE[1]
-    for level_index, (weight, bias) in enumerate(EXPERT_LINES):
+    for level_index, (weight, bias) in enumerate(expert_lines):
         picks = 1.0 if level_index == 1 else -1.0  # the selector picks level 1 on the positive side
         other_class = -1.0 if label == 1 else 1.0  # the side where expert k predicts the other class
         distance = distance_to_polyhedron(centre, [picks * selector_weight, other_class * np.asarray(weight)],
@@ -126,13 +131,17 @@ def exact_g(X):
     return (z[np.arange(len(X)), level_index] > 0).astype(np.int64)
 
 
-def closed_form_classifier(n=300, **params):
+def closed_form_classifier(n=300, reachable=False, expert_lines=EXPERT_LINES, **params):
     """A fitted estimator around the closed-form experts and selector (no training).
 
     Parameters
     ----------
     n : int
         Estimation samples of the classifier's and of the selector's certificates.
+    reachable : bool
+        The selector's ``certify_reachable_levels``.
+    expert_lines : tuple
+        ``(weight, bias)`` of each level's expert.
     **params
         Override the estimator's defaults (e.g. ``certify_batch_size``, ``n_jobs``).
 
@@ -140,9 +149,9 @@ def closed_form_classifier(n=300, **params):
     -------
     SampleWiseSmoothedClassifier
     """
-    experts = NoiseLevelExperts(LEVELS, [LinearLogits(weight, bias) for weight, bias in EXPERT_LINES])
+    experts = NoiseLevelExperts(LEVELS, [LinearLogits(weight, bias) for weight, bias in expert_lines])
     selector = CertifiedSigmaSelector(selector=LinearLogits(*SELECTOR_LINE), fit_selector=False,
-                                      selector_sigma=SELECTOR_SIGMA, n=n, n0=50)
+                                      selector_sigma=SELECTOR_SIGMA, n=n, n0=50, certify_reachable_levels=reachable)
     params = {"training": Pretrained(), "sigma_search": selector, "sampler": FixedSampler(n=n, n0=50),
               "alpha": ALPHA, "max_epochs": 0, "random_state": 0, "certify_batch_size": 4000, **params}
     clf = SampleWiseSmoothedClassifier(experts, **params)
@@ -171,6 +180,22 @@ def closed_form_certificates():
     X = inputs_near_the_selector_line(300)
     prediction, radius, details = closed_form_classifier().certify(X, return_details=True)
     return X, prediction, radius, details
+
+
+@pytest.fixture(scope="module", params=["crossing experts", "agreeing experts"])
+def reachable_certificates(request):
+    """Certificates with the levels the selector may switch to certified too, and without, on 300 inputs.
+
+    Returns
+    -------
+    tuple
+        ``(expert_lines, X, prediction, radius, details, plain_prediction, plain_radius, plain_details)``.
+    """
+    expert_lines = EXPERT_LINES if request.param == "crossing experts" else AGREEING_EXPERT_LINES
+    X = inputs_near_the_selector_line(300)
+    reachable = closed_form_classifier(reachable=True, expert_lines=expert_lines).certify(X, return_details=True)
+    plain = closed_form_classifier(expert_lines=expert_lines).certify(X, return_details=True)
+    return (expert_lines, X, *reachable, *plain)
 
 
 class TestExactCheck:
@@ -218,6 +243,26 @@ class TestSoundnessForG:
         failures = sum(g_disagrees_on_ball(X[i], own_sigma_radius[i], prediction[i]) for i in certified)
         assert failures > binomial_bound(len(certified), ALPHA)
 
+    def test_certificates_with_reachable_levels_hold_on_their_balls(self, reachable_certificates):
+        expert_lines, X, prediction, radius, _, _, _, _ = reachable_certificates
+        certified = np.flatnonzero(prediction != ABSTAIN)
+        assert len(certified) > 0.8 * len(X)
+        failures = sum(g_disagrees_on_ball(X[i], radius[i], prediction[i], expert_lines) for i in certified)
+        assert failures <= binomial_bound(len(certified), ALPHA)
+
+    def test_reachable_levels_widen_the_radii_the_selector_caps_where_the_experts_agree(self,
+                                                                                        reachable_certificates):
+        # Near the selector's line R1 caps most radii; where the other level's expert certifies the same class,
+        # the radius becomes the smaller of the two experts' radii. The chosen level's alpha is split, so a
+        # radius that no other level widens is a little smaller.
+        expert_lines, _, prediction, radius, details, plain_prediction, plain, plain_details = reachable_certificates
+        both = (plain_prediction != ABSTAIN) & (prediction != ABSTAIN)
+        widened = radius[both] > plain[both] + 0.05
+        assert np.all(details.n_samples[both][widened] > plain_details.n_samples[both][widened])
+        if expert_lines is AGREEING_EXPERT_LINES:
+            assert widened.mean() > 0.3
+            assert radius[both].mean() > 1.2 * plain[both].mean()
+
     def test_predict_is_g_except_with_probability_alpha(self):
         X = inputs_near_the_selector_line(300, seed=1)
         prediction = closed_form_classifier().predict(X)
@@ -228,18 +273,19 @@ class TestSoundnessForG:
 
 
 class TestStateless:
-    def test_certificates_do_not_depend_on_order_subsets_chunks_or_jobs(self):
+    @pytest.mark.parametrize("reachable", [False, True])
+    def test_certificates_do_not_depend_on_order_subsets_chunks_or_jobs(self, reachable):
         # A batch of 37 copies (300 per input) often holds two inputs, at different levels: each
         # arrangement below packs other inputs together.
         X = inputs_near_the_selector_line(40, seed=2)
-        clf = closed_form_classifier(certify_batch_size=37)
+        clf = closed_form_classifier(reachable=reachable, certify_batch_size=37)
         reference = clf.certify(X, return_details=True)[2]
         assert set(reference.sigma[reference.prediction != ABSTAIN]) == set(LEVELS)
         reversed_ = clf.certify(X[::-1], return_details=True)[2]
         subset = clf.certify(X[5:17], return_details=True)[2]
         halves = [clf.certify(half, return_details=True)[2] for half in (X[:20], X[20:])]
         parallel = clf.set_params(n_jobs=2).certify(X, return_details=True)[2]
-        for name in ("prediction", "radius", "sigma", "p_lower", "radius_cap"):
+        for name in ("prediction", "radius", "sigma", "p_lower", "radius_cap", "n_samples"):
             expected = getattr(reference, name)
             np.testing.assert_array_equal(getattr(reversed_, name), expected[::-1], err_msg=name)
             np.testing.assert_array_equal(getattr(subset, name), expected[5:17], err_msg=name)

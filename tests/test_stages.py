@@ -44,7 +44,7 @@ class TestSalts:
 class TestStages:
     def test_the_first_elements_of_the_stage_families_differ(self):
         firsts = [_stages.SEARCH_STAGE, _stages.FIRST_PASS, _stages.SECOND_PASS, _stages.PREDICT_STAGE[0],
-                  _stages.CERTIFIED_SIGMA_STAGE]
+                  _stages.CERTIFIED_SIGMA_STAGE, _stages.REACHABLE_LEVEL_STAGE]
         assert len(set(firsts)) == len(firsts)
         assert _stages.CERTIFY_STAGE == (_stages.FIRST_PASS,)
 

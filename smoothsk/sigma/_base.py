@@ -109,11 +109,21 @@ class CertifiedSigmaResult(SigmaSearchResult):
         function).
     abstain : ndarray of bool
         Where the sigma function gives no value (then ``G`` abstains too).
+    level_reach : ndarray of float, shape (n_inputs, n_levels), or None
+        Where the function certifies which of its levels it may switch to
+        (``CertifiedSigmaSelector(certify_reachable_levels=True)``):
+        ``level_reach[i, j]`` is a radius within which ``sigma(.)`` does not
+        take ``levels[j]`` around input ``i`` (0 for the chosen level), and
+        ``radius_cap`` is the smallest over the other levels. None otherwise.
+    levels : ndarray of float, shape (n_levels,), or None
+        The levels ``level_reach``'s columns stand for; None with it.
     """
 
     radius_cap: np.ndarray
     n_samples: np.ndarray
     abstain: np.ndarray
+    level_reach: np.ndarray = None
+    levels: np.ndarray = None
 
 
 class BaseCertifiedSigma(BaseSigmaSearch):
@@ -299,7 +309,7 @@ class BaseCertifiedSigma(BaseSigmaSearch):
         return CertifiedSigmaResult(
             np.asarray(result.sigma, dtype=np.float64), np.asarray(result.steps, dtype=np.int64),
             np.asarray(result.radius_cap, dtype=np.float64), np.asarray(result.n_samples, dtype=np.int64),
-            np.asarray(result.abstain, dtype=bool))
+            np.asarray(result.abstain, dtype=bool), result.level_reach, result.levels)
 
     @abstractmethod
     def _certify_sigma(self, engine, X, alpha):

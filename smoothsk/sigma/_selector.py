@@ -6,17 +6,24 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
+from scipy.stats import norm
 from sklearn.exceptions import NotFittedError
 
 from .._constraints import SAMPLE_SIZE, HasMethods, Interval
 from .._modes import evaluating
 from .._module_state import build_from_file
-from .._stages import CERTIFIED_SIGMA_CERTIFY, CERTIFIED_SIGMA_PREDICTION, SELECTOR_INIT_SALT
+from .._stages import (
+    CERTIFIED_SIGMA_CERTIFY,
+    CERTIFIED_SIGMA_ESTIMATION,
+    CERTIFIED_SIGMA_PREDICTION,
+    CERTIFIED_SIGMA_SELECTION,
+    SELECTOR_INIT_SALT,
+)
 from ..certificates import ABSTAIN
 from ..models import FlatMLP
 from ..objectives import GaussianNoise
 from ..sampling import FixedSampler
-from ..statistics import certified_radius, top_two_test
+from ..statistics import certified_radius, clopper_pearson_lower, top_two_test
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
 from ._fit_context import SigmaFitContext
 from ._selector_training import train_selector, training_targets
@@ -197,6 +204,22 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         Targets only among the levels that earn their place (above): each
         kept level raises the training set's total best radius by at least
         this fraction. None takes every level.
+    certify_reachable_levels : bool, default=False
+        Where the selector's ``R1`` caps the certificate (``R1 < R2``), also
+        certify the classifier at each level the selector may switch to
+        within ``R2``, and widen the radius to ``min(R2, min_j max(R_j,
+        rho_j))``: ``rho_j`` the radius within which the selector cannot
+        switch to level ``j`` (from simultaneous bounds on every level's
+        smoothed probability: the chosen one's at ``alpha_share * alpha /
+        2``, each other's at ``alpha_share * alpha / (2 (K - 1))``), ``R_j``
+        level ``j``'s radius where it certifies the same class, else 0.
+        ``G`` is then constant on the ball whichever level the selector
+        switches to. The classifier's alpha is split evenly over the
+        ``K`` levels' certificates in advance (each at ``(1 - alpha_share)
+        * alpha / K``); the other levels are sampled (at a stage of their
+        own) only where they can widen a radius, so the cost is up to ``K
+        - 1`` more classifier certificates for the capped inputs. Same
+        classifier ``G``, same ``predict``; only the certificate changes.
     selector_objective : BaseObjective or None, default=None
         Training objective of the selector (above), called with a view of
         the selector that has ``module_`` (the selector), ``criterion_``
@@ -243,12 +266,13 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         "target_neighbors": [Interval(Integral, 1, None, closed="left"), None],
         "selector_objective": [HasMethods(["loss"]), None],
         "min_level_gain": [Interval(Real, 0, None, closed="left"), None],
+        "certify_reachable_levels": ["boolean"],
     }
-    _refit_free_parameters = ("n", "n0", "alpha_share")
+    _refit_free_parameters = ("n", "n0", "alpha_share", "certify_reachable_levels")
 
     def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=None, n=10_000, n0=100,
                  alpha_share=0.1, selector_epochs=None, target_neighbors=None, selector_objective=None,
-                 min_level_gain=0.02):
+                 min_level_gain=0.02, certify_reachable_levels=False):
         self.levels = levels
         self.selector = selector
         self.fit_selector = fit_selector
@@ -260,6 +284,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         self.target_neighbors = target_neighbors
         self.selector_objective = selector_objective
         self.min_level_gain = min_level_gain
+        self.certify_reachable_levels = certify_reachable_levels
 
     def _check_consistency(self):
         if self.levels is not None:
@@ -441,14 +466,48 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             return CertifiedSigmaResult(np.full(n_inputs, self.levels_[0]), np.zeros(n_inputs, dtype=np.int64),
                                         np.full(n_inputs, np.inf), np.zeros(n_inputs, dtype=np.int64),
                                         np.zeros(n_inputs, dtype=bool))
+        noise = np.full(n_inputs, self._selector_noise())
+        if self.certify_reachable_levels:
+            return self._certify_reachable(selector, X, noise, alpha)
         # Cohen et al.'s CERTIFY on the selector (levels as classes): the candidate level from n0 samples, its
         # bound from n fresh ones; p_lower > 1/2 makes it the smoothed selector's unique top level on B(x, R1).
-        certified = FixedSampler(n=self.n, n0=self.n0).certify(
-            selector, X, np.full(n_inputs, self._selector_noise()), alpha, stage=CERTIFIED_SIGMA_CERTIFY)
+        certified = FixedSampler(n=self.n, n0=self.n0).certify(selector, X, noise, alpha,
+                                                               stage=CERTIFIED_SIGMA_CERTIFY)
         abstain = certified.prediction == ABSTAIN
         return CertifiedSigmaResult(self.levels_[certified.candidate], np.zeros(n_inputs, dtype=np.int64),
                                     certified_radius(self._selector_noise(), certified.p_lower), certified.n_samples,
                                     abstain)
+
+    def _certify_reachable(self, selector, X, noise, alpha):
+        """The chosen level and, for every other level, a radius within which the selector cannot switch to it.
+
+        The same samples as the plain certificate (stages of
+        ``CERTIFIED_SIGMA_CERTIFY``), bounded simultaneously: the chosen
+        level's probability from below at ``alpha / 2`` and each other
+        level's from above at ``alpha / (2 (K - 1))`` (union bound). Cohen et
+        al.'s Theorem 1 bounds how each moves on a ball of radius ``r``
+        (noise ``s``): ``P_k(x') >= Phi(PhiInv(p_k) - r / s)`` and ``P_j(x')
+        <= Phi(PhiInv(p_j) + r / s)``. Level ``j`` can be the top level at
+        ``x'`` only if its bound reaches the chosen one's, so not within
+        ``s * (PhiInv(p_k) - PhiInv(p_j)) / 2``.
+        """
+        n_levels = len(self.levels_)
+        selection = selector.class_counts(X, noise, self.n0, CERTIFIED_SIGMA_SELECTION)
+        estimation = selector.class_counts(X, noise, self.n, CERTIFIED_SIGMA_ESTIMATION)
+        chosen = selection.argmax(axis=1)
+        rows = np.arange(len(X))
+        top_lower = clopper_pearson_lower(estimation[rows, chosen], self.n, alpha / 2)
+        other_upper = 1.0 - clopper_pearson_lower(self.n - estimation, self.n, alpha / (2 * (n_levels - 1)))
+        reach = np.maximum(noise[:, None] * (norm.ppf(top_lower)[:, None] - norm.ppf(other_upper)) / 2, 0.0)
+        reach[rows, chosen] = 0.0
+        abstain = top_lower <= 0.5
+        reach[abstain] = 0.0
+        others = np.ones_like(reach, dtype=bool)
+        others[rows, chosen] = False
+        radius_cap = np.where(abstain, 0.0, reach[others].reshape(len(X), n_levels - 1).min(axis=1))
+        return CertifiedSigmaResult(self.levels_[chosen], np.zeros(len(X), dtype=np.int64), radius_cap,
+                                    np.full(len(X), self.n0 + self.n, dtype=np.int64), abstain, reach,
+                                    self.levels_.copy())
 
     def predict_sigma(self, engine, X, alpha):
         self.validate()
