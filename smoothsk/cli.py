@@ -253,13 +253,12 @@ def check_channels(text, statistics, input_shape, what):
     input_shape : tuple of int
         The shape of one input.
     what : str
-        The inputs' owner, for the message (``"the inputs of DATA"``).
+        Where the shape comes from, for the message: ``"the inputs of DATA have shape"``.
     """
     channels = len(statistics[0])
     if channels != 1 and (len(input_shape) == 0 or input_shape[0] != channels):
-        raise ValueError(f"--normalize {text}: {channels} channel values, but {what} takes inputs of shape "
-                         f"{tuple(input_shape)} (the channels are its first dimension); give one value per "
-                         "channel, or one for all.")
+        raise ValueError(f"--normalize {text}: {channels} channel values, but {what} {tuple(input_shape)} (the "
+                         "channels are its first dimension); give one value per channel, or one for all.")
 
 
 def check_training_options(args):
@@ -327,7 +326,7 @@ def run_fit(args):
     X, y = read_npz(args.data, require_y=True)
     if args.normalize is not None:
         check_channels(args.normalize, (params["module__mean"], params["module__std"]), X.shape[1:],
-                       f"the data {args.data}")
+                       f"the inputs of {args.data} have shape")
     clf = SampleWiseSmoothedClassifier(
         **params, sampler=FixedSampler(n=args.n, n0=args.n0), alpha=args.alpha, device=args.device,
         random_state=args.random_state, verbose=int(args.verbose))
@@ -425,7 +424,7 @@ def normalize_loaded(clf, args, statistics):
     if isinstance(clf.module_, (Normalized, CifarResNet)):
         raise ValueError(f"--normalize {text}: the model {args.model} already normalizes its inputs (its module is "
                          f"a {type(clf.module_).__name__}); leave --normalize out.")
-    check_channels(text, statistics, clf.input_shape_, f"the model {args.model}")
+    check_channels(text, statistics, clf.input_shape_, f"the model {args.model} takes inputs of shape")
     own = sorted(clf.get_params_for("module"))
     if args.save_model is not None and own:
         raise ValueError(f"--normalize {text}: with --save-model, the normalized module is saved as its network's "

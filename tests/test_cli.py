@@ -522,6 +522,15 @@ class TestNormalizeOption:
         assert clf.module is Normalized and clf.get_params_for("module") == {"net": FlatMLP, "mean": (0.5,),
                                                                              "std": (0.25,)}
 
+    def test_fit_refuses_statistics_for_another_number_of_channels_before_training(self, npz_data, tmp_path,
+                                                                                   capsys, monkeypatch):
+        _, _, data, _ = npz_data
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained despite a bad --normalize")
+        assert main(["fit", str(data), "--out", str(tmp_path / "m.safetensors"), "--normalize", "0.1,0.2:1,1"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert f"--normalize 0.1,0.2:1,1: 2 channel values, but the inputs of {data} have shape (16,)" in err
+
     def test_certify_puts_the_normalization_in_front_of_the_loaded_module(self, npz_data, tmp_path):
         X, _, data, model = npz_data
         out, saved = tmp_path / "c.csv", tmp_path / "normalized.safetensors"
@@ -541,7 +550,8 @@ class TestNormalizeOption:
 
     @pytest.mark.parametrize("case, words", [
         ("twice", "--normalize 0.1:2.0: the model {model} already normalizes its inputs"),
-        ("channels", "--normalize 0.1,0.2:1,1: 2 channel values, but the model {model} takes inputs of shape (16,)"),
+        ("channels", "--normalize 0.1,0.2:1,1: 2 channel values, but the model {model} takes inputs of shape "
+                     "(16,)"),
     ])
     def test_certify_refuses_a_normalization_that_cannot_apply(self, case, words, npz_data, tmp_path, capsys,
                                                                monkeypatch):
