@@ -20,15 +20,23 @@ Prints markdown tables:
    full alpha and at 0.4 alpha (what one look of a split pays), plus the n0 = 100 selection samples;
    "prior" with its looks placed from the true pA instead of the selection's posterior; "prior" itself.
 
-The sequential variants are the union bound with alpha split equally over the looks ("Seq union",
-the default), the same with ``alpha_spending="predicted"`` ("Seq predicted"), ``"prior"`` ("Seq prior")
-or ``"plan"`` ("Seq plan"; decline tables only, it has no radius mode), and the betting confidence
-sequence ("Seq betting").
+6. the closed-form linear model (pA = Phi(d / sigma), distances d from 0.0125 to 3, ``pA < 1``) at sigma 0.5
+   and 1.0: samples per input of the defaults against ISS at the same n_max and decline, and the worst
+   expected decline (MAD) over a pA grid from 0.54 (near the abstain threshold, where wrong candidates
+   cost most) to 0.999; the evidence behind the defaults ``n0=None`` and ``alpha_spending="auto"``.
+
+"Seq default" is ``SequentialSampler(n_max, decline)`` with its defaults (decline mode: ``alpha_spending``
+"plan", ``n0`` 1.5 % of n_max; radius mode: "prior", ``n0`` 100). The other sequential variants keep
+``n0 = 100`` (the former default, at which their constants were tuned): the union bound with alpha split
+equally over the looks ("Seq union", the former default), the same with ``alpha_spending="predicted"``
+("Seq predicted"), ``"prior"`` ("Seq prior") or ``"plan"`` ("Seq plan"; decline tables only, it has no
+radius mode), and the betting confidence sequence ("Seq betting").
 
 Run ``OMP_NUM_THREADS=1 python benchmarks/bench_sequential.py`` (n_max = 100,000 simulated and
 10,000 on the digits, a few minutes on one core) or add ``--quick`` (n_max = 10,000 simulated and
 2,000 on the digits, fewer inputs); ``--skip-digits`` leaves out table 4, ``--digits-only`` runs only it
-(``--digits-n-max`` sets its n_max). ``--seed-offset K`` shifts
+(``--digits-n-max`` sets its n_max), ``--linear-only`` runs only table 6 (n_max 20,000 and 100,000; about a
+minute). ``--seed-offset K`` shifts
 every seed of the simulation (the pA draws and the binomial streams; the digits keep theirs): the
 "plan" constants were tuned at offset 0, so other offsets are draws they never saw.
 """
@@ -54,15 +62,20 @@ DECLINE = 0.05
 BINS = ((0.0, 0.9), (0.9, 0.99), (0.99, 0.999), (0.999, 1.0), (1.0, 1.0))
 
 
+#: Selection samples of the named sequential variants: the former default, at which their constants were tuned.
+VARIANT_N0 = 100
+
+
 def decline_methods(n_max):
-    """ISS and the sequential variants at the same n_max and decline U."""
+    """ISS, the sequential sampler's defaults and its named variants at the same n_max and decline U."""
     return {
         "ISS": InputSpecificSampler(n_max=n_max, decline=DECLINE),
-        "Seq union": SequentialSampler(n_max=n_max, decline=DECLINE, confidence_sequence="union"),
-        "Seq predicted": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="predicted"),
-        "Seq prior": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="prior"),
-        "Seq plan": SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending="plan"),
-        "Seq betting": SequentialSampler(n_max=n_max, decline=DECLINE, confidence_sequence="betting"),
+        "Seq default": SequentialSampler(n_max=n_max, decline=DECLINE),
+        "Seq union": SequentialSampler(n_max=n_max, decline=DECLINE, n0=VARIANT_N0, alpha_spending="equal"),
+        "Seq predicted": SequentialSampler(n_max=n_max, decline=DECLINE, n0=VARIANT_N0, alpha_spending="predicted"),
+        "Seq prior": SequentialSampler(n_max=n_max, decline=DECLINE, n0=VARIANT_N0, alpha_spending="prior"),
+        "Seq plan": SequentialSampler(n_max=n_max, decline=DECLINE, n0=VARIANT_N0, alpha_spending="plan"),
+        "Seq betting": SequentialSampler(n_max=n_max, decline=DECLINE, n0=VARIANT_N0, confidence_sequence="betting"),
     }
 
 
@@ -165,10 +178,12 @@ def bench_radius(n_max, n_inputs, seed_offset):
         cohen = FixedSampler(n=n_max, n0=100).certify(BinomialEngine(p_top, seed=2 + seed_offset), X, sigmas, ALPHA)
         cohen_robust = certified_radius(sigma, cohen.p_lower)
         for r in (0.25, 0.5, 1.0):
-            for cs, spending in (("union", "equal"), ("union", "predicted"), ("union", "prior"), ("betting", "equal")):
-                seq = SequentialSampler(n_max=n_max, radius=r, confidence_sequence=cs, alpha_spending=spending)
+            for cs, spending in (("default", None), ("union", "equal"), ("union", "predicted"), ("union", "prior"),
+                                 ("betting", "equal")):
+                seq = (SequentialSampler(n_max=n_max, radius=r) if spending is None else SequentialSampler(
+                    n_max=n_max, radius=r, n0=VARIANT_N0, confidence_sequence=cs, alpha_spending=spending))
                 seq = seq.certify(BinomialEngine(p_top, seed=3 + seed_offset), X, sigmas, ALPHA)
-                cs_label = f"{cs}, {spending}"
+                cs_label = "defaults" if spending is None else f"{cs}, {spending}"
                 robust_seq = certified_radius(sigma, seq.p_lower) >= r
                 robust_cohen = cohen_robust >= r
                 table_row([name, f"{r}", cs_label, f"{cohen.n_samples.mean():.0f}", f"{seq.n_samples.mean():.0f}",
@@ -284,18 +299,61 @@ def bench_oracle(n_max, n_streams, seed_offset):
             p_top = np.full(n_streams, p)
             iss = InputSpecificSampler(n_max=n_max, decline=DECLINE).certify(
                 BinomialEngine(p_top, seed=6 + seed_offset), X, sigmas, ALPHA).n_samples.mean()
-            known = KnownFrequencyPrior(n_max=n_max, decline=DECLINE, alpha_spending="prior")
+            known = KnownFrequencyPrior(n_max=n_max, decline=DECLINE, n0=VARIANT_N0, alpha_spending="prior")
             known.known_p = p
             known_n = known.certify(BinomialEngine(p_top, seed=7 + seed_offset), X, sigmas, ALPHA).n_samples.mean()
             full = clopper_pearson_radius(np.array([n_max]), np.array([p]), sigma, ALPHA)[0]
             cells = []
             for spending in ("prior", "plan"):
-                result = SequentialSampler(n_max=n_max, decline=DECLINE, alpha_spending=spending).certify(
-                    BinomialEngine(p_top, seed=7 + seed_offset), X, sigmas, ALPHA)
+                sampler = SequentialSampler(n_max=n_max, decline=DECLINE, n0=VARIANT_N0, alpha_spending=spending)
+                result = sampler.certify(BinomialEngine(p_top, seed=7 + seed_offset), X, sigmas, ALPHA)
                 cells += [f"{result.n_samples.mean() / iss:.2f}",
                           f"{full - certified_radius(sigma, result.p_lower).mean():.4f}"]
             table_row([f"{sigma}", f"{p:g}", f"{iss:.0f}", f"{oracle[1.0][index] / iss:.2f}",
                        f"{oracle[0.4][index] / iss:.2f}", f"{known_n / iss:.2f}", *cells])
+
+
+#: Distances to the boundary of the closed-form linear model (table 6): pA = Phi(d / sigma) < 1.
+LINEAR_DISTANCES = np.linspace(3 / 240, 3, 240)
+#: pA values at which table 6 simulates the expected decline: near the abstain threshold, and up to 0.999.
+LINEAR_DECLINE_GRID = np.array([0.54, 0.55, 0.56, 0.58, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999])
+
+
+def bench_linear(n_max_values, repeats, n_streams, seed_offset):
+    """The defaults against ISS on the closed-form linear model: samples per input and the worst expected decline."""
+    grid = LINEAR_DECLINE_GRID
+    print(f"\n### Closed-form linear model: {LINEAR_DISTANCES.size} distances 0.0125-3 to the boundary x {repeats} "
+          f"streams, pA = Phi(d / sigma); expected decline over pA in [{grid[0]}, {grid[-1]}], {n_streams} streams "
+          f"each; U = {DECLINE}\n")
+    table_header(["n_max", "sigma", "method", "samples per input", "/ ISS", "worst expected decline",
+                  "+- MC s.e.", "at pA", "<= U (+2 s.e.)?"])
+    for n_max in n_max_values:
+        for sigma in (0.5, 1.0):
+            p_top = np.tile(stats.norm.cdf(LINEAR_DISTANCES / sigma), repeats)
+            grid_p = np.repeat(grid, n_streams)
+            full = clopper_pearson_radius(np.full(grid.size, n_max), grid, sigma, ALPHA)
+            methods = {
+                "ISS": InputSpecificSampler(n_max=n_max, decline=DECLINE),
+                "Seq default": SequentialSampler(n_max=n_max, decline=DECLINE),
+                "Seq union (the former default)": SequentialSampler(n_max=n_max, decline=DECLINE, n0=VARIANT_N0,
+                                                                    alpha_spending="equal"),
+                f"Seq plan, n0 = {VARIANT_N0}": SequentialSampler(n_max=n_max, decline=DECLINE, n0=VARIANT_N0,
+                                                                   alpha_spending="plan"),
+            }
+            iss = None
+            for label, sampler in methods.items():
+                samples = sampler.certify(BinomialEngine(p_top, seed=1 + seed_offset), np.zeros((p_top.size, 1)),
+                                          np.full(p_top.size, sigma), ALPHA).n_samples.mean()
+                iss = samples if iss is None else iss
+                result = sampler.certify(BinomialEngine(grid_p, seed=4 + seed_offset), np.zeros((grid_p.size, 1)),
+                                         np.full(grid_p.size, sigma), ALPHA)
+                radius = certified_radius(sigma, result.p_lower).reshape(grid.size, n_streams)
+                decline = full - radius.mean(axis=1)
+                stderr = radius.std(axis=1, ddof=1) / np.sqrt(n_streams)
+                worst = int(np.argmax(decline))
+                table_row([f"{n_max:,}", f"{sigma}", label, f"{samples:.0f}", f"{samples / iss:.3f}",
+                           f"{decline[worst]:.4f}", f"{stderr[worst]:.4f}", f"{grid[worst]:g}",
+                           "yes" if decline[worst] <= DECLINE + 2 * stderr[worst] else "NO"])
 
 
 def main():
@@ -304,16 +362,23 @@ def main():
     parser.add_argument("--seed-offset", type=int, default=0, help="added to every simulation seed (default 0)")
     parser.add_argument("--digits-n-max", type=int, default=10_000, help="n_max of table 4 (default 10,000)")
     parser.add_argument("--digits-only", action="store_true", help="table 4 only")
+    parser.add_argument("--linear-only", action="store_true", help="table 6 only")
     args = parser.parse_args()
     n_max, n_inputs = (10_000, 500) if args.quick else (100_000, 1000)
     torch.manual_seed(0)
-    print(f"## SequentialSampler (defaults first = 500, growth = 1.5, n0 = 100) vs ISS (k0 = 0.01 n_max) "
-          f"and Cohen; alpha = {ALPHA}")
+    print(f"## SequentialSampler (first = 500, growth = 1.5; defaults: n0 = 1.5 % of n_max and \"plan\" when "
+          f"bounding the decline, n0 = 100 and \"prior\" with a radius; named variants at n0 = {VARIANT_N0}) vs ISS "
+          f"(k0 = 0.01 n_max) and Cohen; alpha = {ALPHA}")
+    if args.linear_only:
+        bench_linear((20_000, 100_000), 20, 400, args.seed_offset)
+        return
     if not args.digits_only:
         bench_mad(n_max, 40 if args.quick else 200, args.seed_offset)
         bench_decline(n_max, n_inputs, args.seed_offset)
         bench_radius(n_max, n_inputs, args.seed_offset)
         bench_oracle(n_max, 100 if args.quick else 400, args.seed_offset)
+        bench_linear((n_max,) if args.quick else (20_000, n_max), 10 if args.quick else 20,
+                     100 if args.quick else 400, args.seed_offset)
     if not args.skip_digits:
         bench_digits(*((2_000, 30, 10) if args.quick else (args.digits_n_max, 100, 20)))
 

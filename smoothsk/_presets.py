@@ -104,10 +104,25 @@ def _selector(epochs, search_n):
                                                    target_neighbors=100 if search_n >= 200 else None)}
 
 
+def fixed_sigma_preset(sigma):
+    """Cohen et al.'s Gaussian noise augmentation at one fixed ``sigma`` (test time: the same sigma).
+
+    Parameters
+    ----------
+    sigma : float
+        The noise level, > 0.
+
+    Returns
+    -------
+    Preset
+    """
+    return Preset(f"Cohen sigma={sigma:g}", lambda epochs, search_n: {"training": FixedSigmaTraining(sigma)})
+
+
 #: Short id -> preset, in the demo table's order.
 PRESETS = {
-    "cohen-0.25": Preset("Cohen sigma=0.25", lambda epochs, search_n: {"training": FixedSigmaTraining(0.25)}),
-    "cohen-0.5": Preset("Cohen sigma=0.5", lambda epochs, search_n: {"training": FixedSigmaTraining(0.5)}),
+    "cohen-0.25": fixed_sigma_preset(0.25),
+    "cohen-0.5": fixed_sigma_preset(0.5),
     "pfat": Preset("PFAT (pretrain-finetune, grid search)", _pfat),
     "insta-rs": Preset("Insta-RS (Insta-RS Train, multi-start FGSS)", _insta_rs),
     "ddrs": Preset("DDRS (data-dependent training, gradient search)", _ddrs),
@@ -120,8 +135,8 @@ def preset_params(preset_id, epochs, search_n=200):
 
     Parameters
     ----------
-    preset_id : str
-        A key of :data:`PRESETS`.
+    preset_id : str or Preset
+        A key of :data:`PRESETS`, or a preset (:func:`fixed_sigma_preset`).
     epochs : int
         Total training epochs, >= 1.
     search_n : int, default=200
@@ -133,11 +148,12 @@ def preset_params(preset_id, epochs, search_n=200):
         Keyword arguments of ``SampleWiseSmoothedClassifier`` (all but the
         module, the sampler and the seed).
     """
-    if preset_id not in PRESETS:
+    if not isinstance(preset_id, Preset) and preset_id not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}; got {preset_id!r}.")
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1; got {epochs!r}.")
-    return {**PRESETS[preset_id].build(epochs, search_n), "max_epochs": epochs, **TRAINING_SETTINGS}
+    preset = preset_id if isinstance(preset_id, Preset) else PRESETS[preset_id]
+    return {**preset.build(epochs, search_n), "max_epochs": epochs, **TRAINING_SETTINGS}
 
 
 # --------------------------------------------------------------------------------------------

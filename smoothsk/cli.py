@@ -7,27 +7,34 @@ writing Python.
 
 import argparse
 import csv
+import math
 import reprlib
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 from sklearn.base import clone
 
-from . import SampleWiseSmoothedClassifier
+from . import ABSTAIN, SampleWiseSmoothedClassifier
 from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._model_file import MIN_KEY_BYTES
 from ._npz import NpzArchive
 from ._params import Components
-from ._presets import MODULES, PRESETS, preset_params
-from ._validation import check_device_available
+from ._presets import MODULES, PRESETS, TRAINING_SETTINGS, fixed_sigma_preset, preset_params
+from ._validation import check_device_available, correct_predictions
 from .allocator import keep_freed_memory
+from .metrics import average_certified_radius, certified_accuracy_curve
+from .models import CifarResNet, Normalize, Normalized
 from .sampling import FixedSampler
 
 #: ``smoothsk certify --out -``: the CSV goes to standard output (and the command's messages to standard error).
 STDOUT = "-"
+
+#: The radii (in the units of X) at which ``smoothsk certify`` reports certified accuracy when the data have labels.
+SUMMARY_RADII = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0)
 
 
 def run_demo_command(args):
@@ -197,18 +204,135 @@ def read_key(path):
     return key
 
 
+def parse_normalize(text):
+    """The statistics of ``--normalize MEAN,..:STD,..``, checked as :class:`~smoothsk.models.Normalize` checks them.
+
+    Parameters
+    ----------
+    text : str or None
+        Comma-separated per-channel means, a colon, comma-separated
+        per-channel standard deviations (one of each for all channels).
+
+    Returns
+    -------
+    (tuple of float, tuple of float) or None
+        ``(mean, std)``; None without ``text``.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``--normalize``: not of that form, or statistics
+        that ``Normalize`` refuses.
+    """
+    if text is None:
+        return None
+    means, colon, stds = text.partition(":")
+    try:
+        if not colon:
+            raise ValueError(text)
+        mean, std = (tuple(float(value) for value in part.split(",")) for part in (means, stds))
+    except ValueError:
+        raise ValueError(f"--normalize {text}: give MEAN,...:STD,..., the per-channel means and standard deviations "
+                         "of the inputs in the units of X (e.g. 0.4914,0.4822,0.4465:0.2470,0.2435,0.2616 for "
+                         "CIFAR-10 images in [0, 1]; one of each for all channels).") from None
+    try:
+        Normalize(mean, std)
+    except ValueError as exc:
+        raise ValueError(f"--normalize {text}: {str(exc).removeprefix('Normalize: ')}") from exc
+    return mean, std
+
+
+def check_channels(text, statistics, input_shape, what):
+    """Refuse ``--normalize`` statistics for another number of channels than the inputs' (dimension 1 of a batch).
+
+    Parameters
+    ----------
+    text : str
+        The option's value, for the message.
+    statistics : (tuple of float, tuple of float)
+    input_shape : tuple of int
+        The shape of one input.
+    what : str
+        Where the shape comes from, for the message: ``"the inputs of DATA have shape"``.
+    """
+    channels = len(statistics[0])
+    if channels != 1 and (len(input_shape) == 0 or input_shape[0] != channels):
+        raise ValueError(f"--normalize {text}: {channels} channel values, but {what} {tuple(input_shape)} (the "
+                         "channels are its first dimension); give one value per channel, or one for all.")
+
+
+def check_training_options(args):
+    """The estimator settings of ``smoothsk fit``'s options, checked before any file is read.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+
+    Returns
+    -------
+    name : str
+        The method, for the message (the preset's name).
+    params : dict
+        Keyword arguments of ``SampleWiseSmoothedClassifier``: the module
+        (:class:`~smoothsk.models.Normalized` around the architecture with
+        ``--normalize``), the preset's components (Cohen's at ``--sigma``),
+        ``max_epochs``, and the training settings with ``--lr`` and
+        ``--batch-size`` in place of the preset's.
+
+    Raises
+    ------
+    ValueError
+        One line naming the option: ``--sigma`` not finite and > 0, or
+        given with a ``--preset``; ``--lr`` not finite and > 0;
+        ``--batch-size`` below 1; a bad ``--normalize``, or one given to an
+        architecture that normalises its inputs itself.
+    """
+    if args.sigma is not None:
+        if not (math.isfinite(args.sigma) and args.sigma > 0):
+            raise ValueError(f"--sigma {args.sigma}: the training noise level must be a finite number > 0.")
+        if args.preset is not None:
+            raise ValueError(f"--sigma {args.sigma}: trains one fixed noise level (Cohen et al.), and --preset "
+                             f"{args.preset} sets its own; give one of them.")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise ValueError(f"--lr {args.lr}: the learning rate must be a finite number > 0.")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size {args.batch_size}: the training batch size must be >= 1.")
+    statistics = parse_normalize(args.normalize)
+    net = MODULES[args.module]
+    if statistics is not None and issubclass(net, CifarResNet):
+        raise ValueError(f"--normalize {args.normalize}: {args.module} normalizes its inputs itself (CIFAR-10's "
+                         "channel statistics, inputs in [0, 1]); leave --normalize out.")
+    preset = fixed_sigma_preset(args.sigma) if args.sigma is not None else PRESETS[args.preset or DEFAULT_PRESET]
+    params = preset_params(preset, args.epochs)
+    params.update({name: value for name, value in (("lr", args.lr), ("batch_size", args.batch_size))
+                   if value is not None})
+    if statistics is None:
+        params["module"] = net
+    else:
+        params.update(module=Normalized, module__net=net, module__mean=statistics[0], module__std=statistics[1])
+    return preset.name, params
+
+
+#: ``smoothsk fit``'s method without ``--preset`` or ``--sigma``.
+DEFAULT_PRESET = "cohen-0.25"
+
+
 def run_fit(args):
     """``smoothsk fit``: train on an ``.npz`` and write a safe model file (authenticated with ``--key-file``)."""
+    name, params = check_training_options(args)
     check_distinct([("the data", args.data), ("--out", args.out), ("--key-file", args.key_file)])
     check_output(args.out)
     key = read_key(args.key_file)
     X, y = read_npz(args.data, require_y=True)
-    module = MODULES[args.module]
+    if args.normalize is not None:
+        check_channels(args.normalize, (params["module__mean"], params["module__std"]), X.shape[1:],
+                       f"the inputs of {args.data} have shape")
     clf = SampleWiseSmoothedClassifier(
-        module, **preset_params(args.preset, args.epochs), sampler=FixedSampler(n=args.n, n0=args.n0),
-        alpha=args.alpha, device=args.device, random_state=args.random_state, verbose=int(args.verbose))
-    print(f"{args.data}: training {args.module} with preset {args.preset!r} ({PRESETS[args.preset].name}) on "
-          f"{len(X)} inputs of shape {X.shape[1:]} for {args.epochs} epochs")
+        **params, sampler=FixedSampler(n=args.n, n0=args.n0), alpha=args.alpha, device=args.device,
+        random_state=args.random_state, verbose=int(args.verbose))
+    normalized = "" if args.normalize is None else f" behind --normalize {args.normalize}"
+    print(f"{args.data}: training {args.module}{normalized} as {name} on {len(X)} inputs of shape {X.shape[1:]} "
+          f"for {args.epochs} epochs")
     clf.fit(X, y)
     clf.save(args.out, key=key)
     print(f"model saved to {args.out}")
@@ -272,13 +396,89 @@ def sampler_with_sizes(clf, args):
     return sampler.set_params(**given)
 
 
+def normalize_loaded(clf, args, statistics):
+    """Put ``Normalize(*statistics)`` in front of the loaded model's module (``--normalize``), checked first.
+
+    The module becomes :class:`~smoothsk.models.Normalized` around the
+    loaded one (its weights unchanged), as ``module`` and ``module_``, so
+    ``--save-model`` writes it as a model file that loads without a module
+    argument.
+
+    Parameters
+    ----------
+    clf : SampleWiseSmoothedClassifier
+        Loaded from ``args.model``; changed in place.
+    args : argparse.Namespace
+    statistics : (tuple of float, tuple of float)
+        From :func:`parse_normalize`.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``--normalize``: a module that normalizes its inputs
+        already, statistics for another number of channels, a module that
+        takes the noise level, or (with ``--save-model``) module parameters
+        the normalized module's file could not record.
+    """
+    text = args.normalize
+    if isinstance(clf.module_, (Normalized, CifarResNet)):
+        raise ValueError(f"--normalize {text}: the model {args.model} already normalizes its inputs (its module is "
+                         f"a {type(clf.module_).__name__}); leave --normalize out.")
+    check_channels(text, statistics, clf.input_shape_, f"the model {args.model} takes inputs of shape")
+    own = sorted(clf.get_params_for("module"))
+    if args.save_model is not None and own:
+        raise ValueError(f"--normalize {text}: with --save-model, the normalized module is saved as its network's "
+                         f"class, which cannot carry the model's module__ parameters ({', '.join(own)}); certify "
+                         "without --save-model, or normalize in Python (smoothsk.models.Normalized).")
+    try:
+        wrapped = Normalized(clf.module_, *statistics)
+    except ValueError as exc:
+        raise ValueError(f"--normalize {text}: {str(exc).removeprefix('Normalized: ')}") from exc
+    clf.module = clf.module_ = wrapped
+
+
+def print_summary(y, prediction, radius, seconds, data, file):
+    """``smoothsk certify``'s one-screen summary: accuracies, ACR, time (the figures of :mod:`smoothsk.metrics`).
+
+    Parameters
+    ----------
+    y : ndarray, shape (n_inputs,), or None
+        The labels of the data; without them, one line says there are none.
+    prediction : ndarray, shape (n_inputs,)
+        Certified labels, ``ABSTAIN`` where abstained.
+    radius : ndarray of float, shape (n_inputs,)
+        Certified radii, in the units of X.
+    seconds : float
+        Time the certification took in this run.
+    data : str
+        The data file, for the message.
+    file : file object
+    """
+    if y is None:
+        print(f"{data} has no labels y: no summary (add y to the file for one, and for the CSV's columns y and "
+              "correct).", file=file)
+        return
+    curve = certified_accuracy_curve(y, prediction, radius, SUMMARY_RADII)
+    abstained = int(np.sum(prediction.astype(object) == ABSTAIN))
+    print(f"clean accuracy: {curve[0]:.3f} (certified predictions against y; the {abstained} abstentions of "
+          f"{len(y)} inputs count as wrong)", file=file)
+    print("certified accuracy at radius " + "  ".join(f"{r:g}: {accuracy:.3f}" for r, accuracy in
+                                                      zip(SUMMARY_RADII, curve, strict=True))
+          + "  (radii in the units of X)", file=file)
+    print(f"average certified radius (ACR): {average_certified_radius(y, prediction, radius):.4f}", file=file)
+    print(f"seconds per input: {seconds / len(y):.4g} ({seconds:.1f} s for {len(y)} inputs in this run)", file=file)
+
+
 def run_certify(args):
     """``smoothsk certify``: certify every input of an ``.npz`` with a saved model, write a CSV.
 
     With ``--save-model``, also write the model as certified: a stateful
     allocator's certificates are about its region classifier, whose regions
-    this run extends (without it, a warning says they are not saved).
+    this run extends (without it, a warning says they are not saved). With
+    labels, the CSV says which certified predictions are correct and a
+    summary is printed (:func:`print_summary`).
     """
+    statistics = parse_normalize(args.normalize)
     to_stdout = args.out == STDOUT
     report = sys.stderr if to_stdout else sys.stdout  # standard output carries the CSV alone
     # --save-model may replace the model file (saving is atomic); no other two may coincide.
@@ -293,6 +493,8 @@ def run_certify(args):
     checkpoint = None if args.checkpoint is None else check_path(args.checkpoint)  # links resolved, once
     key = read_key(args.key_file)
     clf = load_model(args.model, key)
+    if statistics is not None:
+        normalize_loaded(clf, args, statistics)
     unchanged = {"n_jobs": clf.n_jobs, "verbose": clf.verbose}  # --save-model keeps the model's own
     sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
     X, y = read_npz(args.data, require_y=False)
@@ -317,15 +519,21 @@ def run_certify(args):
               f"they are not saved ({args.model} is not changed). Pass --save-model PATH to write the model "
               f"with them.", file=sys.stderr)
     # The checkpoint is kept until the CSV is on disk: a failure to write it loses no certificate.
+    start = time.perf_counter()
     prediction, radius, details = clf.certify(X, return_details=True, checkpoint=checkpoint, keep_checkpoint=True)
+    seconds = time.perf_counter() - start
     guarantee = details.guarantee
-    columns = ["index", "prediction", "radius", "sigma", "n_samples", "guarantee"] + (["y"] if y is not None else [])
+    # With labels: y and whether the certified prediction is y (1 or 0, abstentions 0), as in Cohen et al.'s logs.
+    labelled = ["y", "correct"] if y is not None else []
+    correct = correct_predictions(prediction, y).astype(int) if y is not None else None
+    columns = ["index", "prediction", "radius", "sigma", "n_samples", "guarantee"] + labelled
     write_certificates(args.out, columns, (
         [index, prediction[index], repr(float(radius[index])), repr(float(details.sigma[index])),
-         int(details.n_samples[index]), guarantee] + ([y[index]] if y is not None else [])
+         int(details.n_samples[index]), guarantee] + ([y[index], correct[index]] if y is not None else [])
         for index in range(len(X))))
     print(f"{len(X)} certificates ({guarantee}; each holds with probability >= 1 - {clf.alpha}) "
           f"{'written to standard output' if to_stdout else f'saved to {args.out}'}", file=report)
+    print_summary(y, prediction, radius, seconds, args.data, report)
     if args.save_model is not None:
         clf.set_params(**unchanged).save(args.save_model, key=key)
         print(f"model and its {len(clf.regions_)} regions saved to {args.save_model}", file=report)
@@ -370,8 +578,17 @@ def build_parser():
                               help="train a smoothed classifier on an .npz (arrays X, y), save a model file")
     fit.add_argument("data", help=".npz file with float inputs X (n, *input_shape) and labels y (n,)")
     fit.add_argument("--out", required=True, help="model file to write (safetensors; load it with certify)")
-    fit.add_argument("--preset", choices=tuple(PRESETS), default="cohen-0.25",
-                     help="method: training schedule and test-time sigma search (default: cohen-0.25)")
+    fit.add_argument("--preset", choices=tuple(PRESETS),
+                     help=f"method: training schedule and test-time sigma search (default: {DEFAULT_PRESET})")
+    fit.add_argument("--sigma", type=float,
+                     help="train and certify at this one fixed noise level, in the units of X (Cohen et al.'s "
+                          "Gaussian noise augmentation; instead of --preset)")
+    fit.add_argument("--lr", type=float, help=f"learning rate of SGD (default {TRAINING_SETTINGS['lr']})")
+    fit.add_argument("--batch-size", type=int,
+                     help=f"training batch size (default {TRAINING_SETTINGS['batch_size']})")
+    fit.add_argument("--normalize", metavar="MEAN,..:STD,..",
+                     help="put Normalize(MEAN, STD) in front of the module: noise is added before it, so sigma and "
+                          "the radii stay in the units of X (per-channel values, or one of each for all)")
     fit.add_argument("--module", choices=tuple(MODULES), default="flat-mlp",
                      help="reference architecture: digits-cnn (1x8x8), flat-mlp (any shape), lenet (1x28x28), "
                           "cifar-resnet (3x32x32); default flat-mlp")
@@ -390,8 +607,9 @@ def build_parser():
     cert.add_argument("model", help="model file written by 'smoothsk fit' (or SampleWiseSmoothedClassifier.save)")
     cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV)")
     cert.add_argument("--out", required=True, help="CSV to write: index, prediction, radius, sigma, n_samples, "
-                                                   "guarantee (and y); '-' streams it to standard output (the "
-                                                   "command's messages go to standard error)")
+                                                   "guarantee (and, with labels, y and correct: 1 where the "
+                                                   "prediction is y); '-' streams it to standard output (the "
+                                                   "command's messages and summary go to standard error)")
     cert.add_argument("--n", type=int, help="certification samples per input: the parameter n of the model's "
                                             "sampler (a FixedSampler's; default: the model's)")
     cert.add_argument("--n0", type=int, help="selection samples per input: the parameter n0 of the model's sampler "
@@ -405,6 +623,9 @@ def build_parser():
     cert.add_argument("--device", help="torch device to certify on (default: the model's)")
     cert.add_argument("--key-file", help="file holding the key the model was saved with: required for a model "
                                          "saved with one, refused for one saved without; --save-model uses it too")
+    cert.add_argument("--normalize", metavar="MEAN,..:STD,..",
+                      help="put Normalize(MEAN, STD) in front of the model's module (for a network trained on "
+                           "normalised inputs: noise and radii stay in the units of X); --save-model keeps it")
     cert.add_argument("-v", "--verbose", action="store_true", help="show a progress bar")
     return parser
 

@@ -1,9 +1,18 @@
-"""Small reference architectures. Each takes ``n_classes``, which the estimator fills in."""
+"""Small reference architectures, and the normalisation layer that puts a network in your data's units.
 
+Each architecture takes ``n_classes``, which the estimator fills in.
+"""
+
+import inspect
+from numbers import Real
+
+import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["DigitsCNN", "FlatMLP", "LeNet", "CifarResNet"]
+from .experts import takes_noise_level
+
+__all__ = ["DigitsCNN", "FlatMLP", "LeNet", "CifarResNet", "Normalize", "Normalized"]
 
 
 class DigitsCNN(nn.Module):
@@ -144,3 +153,189 @@ class CifarResNet(nn.Module):
 
     def forward(self, x):
         return self.layers((x - self.mean) / self.std)
+
+
+def _statistics(mean, std):
+    """``mean`` and ``std`` as float64 arrays of one value per channel, checked (one-line ValueErrors)."""
+    values = {}
+    for name, value in (("mean", mean), ("std", std)):
+        items = np.atleast_1d(np.asarray(value, dtype=object))
+        if items.ndim != 1 or not all(isinstance(item, Real) and not isinstance(item, bool) for item in items):
+            raise ValueError(f"Normalize: {name} must be a number or a sequence of numbers, one per channel; "
+                             f"got {value!r}.")
+        if len(items) == 0:
+            raise ValueError(f"Normalize: {name} must hold at least one value (one per channel, or one for all).")
+        values[name] = items.astype(np.float64)
+    mean, std = values["mean"], values["std"]
+    if len(mean) != len(std):
+        raise ValueError(f"Normalize: mean and std must have one value per channel, as many each: {len(mean)} "
+                         f"means, {len(std)} stds.")
+    if not np.all(np.isfinite(mean)):
+        raise ValueError(f"Normalize: mean must be finite; got {mean.tolist()}.")
+    if not np.all((std > 0) & np.isfinite(std)):
+        raise ValueError(f"Normalize: std must be > 0 for every channel and finite; got {std.tolist()}.")
+    return mean, std
+
+
+class Normalize(nn.Module):
+    """x -> (x - mean) / std per channel: the first layer of Cohen et al.'s models.
+
+    Inside the module, it keeps noise, sigma and certified radii in the
+    units of the data the estimator is given (pixels in [0, 1], say): the
+    noise is added to ``x`` before this layer, so a radius certified around
+    ``x`` is a distance between such inputs. Normalising the data before
+    the estimator instead certifies radii in normalised units (see the user
+    guide, "sigma and the radius are in the units of X").
+
+    Parameters
+    ----------
+    mean : float or sequence of float, length C
+        Per-channel means (dimension 1 of the input: the channels of an
+        image batch ``(n, C, H, W)``, the features of a flat batch
+        ``(n, C)``); one value applies to every channel.
+    std : float or sequence of float, length C
+        Per-channel standard deviations, each finite and > 0.
+
+    Attributes
+    ----------
+    mean, std : torch.Tensor of float32, shape (C,)
+        Persistent buffers: they are part of ``state_dict``, and so of a
+        saved model file.
+
+    Raises
+    ------
+    ValueError
+        One line naming the parameter: values that are not numbers, none,
+        a non-finite mean, a std that is not finite and > 0, or lengths that
+        differ.
+
+    Examples
+    --------
+    >>> layer = Normalize((0.5, 0.25), (0.5, 0.25))
+    >>> layer(torch.tensor([[1.0, 0.25]]))
+    tensor([[1., 0.]])
+    """
+
+    def __init__(self, mean, std):
+        super().__init__()
+        mean, std = _statistics(mean, std)
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
+
+    def forward(self, x):
+        """The normalised inputs.
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (batch, C, ...)
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, C, ...)
+
+        Raises
+        ------
+        ValueError
+            If ``x`` has another number of channels than the statistics
+            (except one value for all), which broadcasting would otherwise
+            turn into C channels without a word.
+        """
+        channels = self.mean.shape[0]
+        if channels != 1 and (x.ndim < 2 or x.shape[1] != channels):
+            raise ValueError(f"Normalize has statistics for {channels} channels (mean, std), but its input has "
+                             f"{x.shape[1] if x.ndim >= 2 else 'no'} (shape {tuple(x.shape)}): the channels are "
+                             "dimension 1 of (batch, C, ...).")
+        shape = (1, channels) + (1,) * max(0, x.ndim - 2)
+        return (x - self.mean.view(shape)) / self.std.view(shape)
+
+    def constructor_params(self):
+        """The statistics this layer was built with.
+
+        Returns
+        -------
+        dict
+            ``{"mean": tuple of float, "std": tuple of float}``.
+        """
+        return {"mean": tuple(self.mean.tolist()), "std": tuple(self.std.tolist())}
+
+    def extra_repr(self):
+        return f"mean={list(self.constructor_params()['mean'])}, std={list(self.constructor_params()['std'])}"
+
+
+class Normalized(nn.Module):
+    """A classifier that normalises its inputs first: ``net(Normalize(mean, std)(x))``.
+
+    The module to give the estimator for a network trained on normalised
+    inputs (Cohen et al.'s ImageNet and CIFAR-10 models): noise is added to
+    ``x``, before the normalisation, so sigma and the certified radii are in
+    the units of the estimator's ``X``. A model file records it as its class
+    with :meth:`constructor_params` (the network's class and the statistics)
+    and loads it without a module argument, unlike
+    ``torch.nn.Sequential(Normalize(...), net)``, which a file records as an
+    instance that ``load`` must be given again.
+
+    Parameters
+    ----------
+    net : torch.nn.Module instance or class
+        The network, returning (batch, n_classes) logits. An instance is used
+        as it is (never copied); a class is built with ``n_classes`` when it
+        takes it, else with no arguments. A module that takes the noise
+        level (:class:`~smoothsk.experts.NoiseLevelExperts`) is refused: put
+        the normalisation inside each expert.
+    mean, std : float or sequence of float
+        The statistics of :class:`Normalize`.
+    n_classes : int or None, default=None
+        Passed to a class ``net`` that takes it (the estimator fills it in).
+
+    Attributes
+    ----------
+    normalize : Normalize
+    net : torch.nn.Module
+
+    Notes
+    -----
+    Saving rebuilds the module from its constructor parameters, as loading
+    will, and refuses one whose network its class does not build so (a
+    ``FlatMLP(hidden=32)``, whose class builds ``hidden=64``): give such a
+    network as a class whose ``__init__`` takes only ``n_classes``, or pass
+    the module to ``load`` again.
+
+    Examples
+    --------
+    >>> model = Normalized(LeNet, mean=0.1307, std=0.3081, n_classes=10)
+    >>> model(torch.zeros(2, 1, 28, 28)).shape
+    torch.Size([2, 10])
+    >>> from smoothsk import SampleWiseSmoothedClassifier
+    >>> clf = SampleWiseSmoothedClassifier(Normalized, module__net=LeNet, module__mean=(0.1307,),
+    ...                                    module__std=(0.3081,))
+    """
+
+    def __init__(self, net, mean, std, n_classes=None):
+        super().__init__()
+        self.normalize = Normalize(mean, std)
+        if isinstance(net, type) and issubclass(net, nn.Module):
+            takes_classes = n_classes is not None and "n_classes" in inspect.signature(net).parameters
+            net = net(n_classes=n_classes) if takes_classes else net()
+        elif not isinstance(net, nn.Module):
+            raise TypeError(f"Normalized: net must be a torch.nn.Module instance or class; got {net!r}.")
+        if takes_noise_level(net):
+            raise ValueError(f"Normalized: the {type(net).__name__} takes the noise level (module(x, sigma)); "
+                             "put the normalisation inside each of its experts instead.")
+        self.net = net
+        # The statistics go where the network is (a network on a GPU stays there).
+        state = next(iter(net.state_dict().values()), None)
+        if state is not None and not state.is_meta:
+            self.normalize.to(state.device)
+
+    def forward(self, x):
+        return self.net(self.normalize(x))
+
+    def constructor_params(self):
+        """What a model file records to rebuild this module: the network's class and the statistics.
+
+        Returns
+        -------
+        dict
+            ``{"net": type, "mean": tuple of float, "std": tuple of float}``.
+        """
+        return {"net": type(self.net), **self.normalize.constructor_params()}

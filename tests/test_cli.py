@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from smoothsk import SampleWiseSmoothedClassifier, _certification
-from smoothsk.cli import build_parser, main
-from smoothsk.models import FlatMLP
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification
+from smoothsk.cli import SUMMARY_RADII, build_parser, main
+from smoothsk.models import FlatMLP, Normalized
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import FixedSigma
@@ -52,7 +52,7 @@ class TestFitCertify:
         out = tmp_path / "certificates.csv"
         assert main(["certify", str(model), str(data), "--out", str(out), "--n", "50", "--n0", "10"]) == 0
         rows = read_csv(out)
-        assert list(rows[0]) == ["index", "prediction", "radius", "sigma", "n_samples", "guarantee", "y"]
+        assert list(rows[0]) == ["index", "prediction", "radius", "sigma", "n_samples", "guarantee", "y", "correct"]
         assert len(rows) == len(X)
         clf = SampleWiseSmoothedClassifier.load(model).set_params(sampler__n=50, sampler__n0=10)
         prediction, radius, details = clf.certify(X, return_details=True)
@@ -460,3 +460,173 @@ class TestKeyFile:
         forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained before checking --key-file")
         assert main(["fit", str(data), "--out", str(tmp_path / "m.safetensors"), "--key-file", str(key)]) == 2
         assert match in capsys.readouterr().err
+
+
+class TestTrainingOptions:
+    """``smoothsk fit --sigma/--lr/--batch-size``: any fixed noise level, the optimiser's step and batch."""
+
+    def test_any_fixed_sigma_trains_and_certifies_at_that_sigma(self, npz_data, tmp_path, capsys):
+        X, _, data, _ = npz_data
+        model, out = tmp_path / "m.safetensors", tmp_path / "c.csv"
+        assert main(["fit", str(data), "--out", str(model), "--epochs", "1", "--sigma", "1.0", "--n", "40",
+                     "--n0", "10"]) == 0
+        assert "Cohen sigma=1" in capsys.readouterr().out
+        clf = SampleWiseSmoothedClassifier.load(model)
+        assert isinstance(clf.training, FixedSigmaTraining) and clf.training.sigma == 1.0
+        np.testing.assert_array_equal(clf.train_sigmas_, 1.0)
+        assert main(["certify", str(model), str(data), "--out", str(out)]) == 0
+        assert {float(row["sigma"]) for row in read_csv(out)} == {1.0}
+
+    def test_lr_and_batch_size_are_the_estimator_s(self, npz_data, tmp_path):
+        _, _, data, _ = npz_data
+        model = tmp_path / "m.safetensors"
+        assert main(["fit", str(data), "--out", str(model), "--epochs", "1", "--lr", "0.01", "--batch-size", "16",
+                     "--preset", "cohen-0.5"]) == 0
+        clf = SampleWiseSmoothedClassifier.load(model)
+        assert (clf.lr, clf.batch_size, clf.training.sigma) == (0.01, 16, 0.5)
+
+    def test_the_presets_keep_their_settings(self, npz_data):
+        clf = SampleWiseSmoothedClassifier.load(npz_data[3])  # fitted with no --preset, --lr or --batch-size
+        assert (clf.lr, clf.batch_size, clf.training.sigma) == (0.05, 64, 0.25)
+
+    @pytest.mark.parametrize("options, words", [
+        (["--sigma", "0"], "--sigma 0.0: the training noise level must be a finite number > 0"),
+        (["--sigma", "nan"], "--sigma nan: the training noise level must be a finite number > 0"),
+        (["--sigma", "1.0", "--preset", "pfat"], "--sigma 1.0: trains one fixed noise level (Cohen et al.)"),
+        (["--lr", "-0.1"], "--lr -0.1: the learning rate must be a finite number > 0"),
+        (["--batch-size", "0"], "--batch-size 0: the training batch size must be >= 1"),
+        (["--normalize", "0.5"], "--normalize 0.5: give MEAN,...:STD,..."),
+        (["--normalize", "0.5:x"], "--normalize 0.5:x: give MEAN,...:STD,..."),
+        (["--normalize", "0.5:0"], "--normalize 0.5:0: std must be > 0 for every channel"),
+        (["--normalize", "0.1,0.2:0.3"], "--normalize 0.1,0.2:0.3: mean and std must have one value per channel"),
+        (["--normalize", "0.5:0.5", "--module", "cifar-resnet"],
+         "--normalize 0.5:0.5: cifar-resnet normalizes its inputs itself"),
+    ])
+    def test_bad_options_are_refused_in_one_line_before_any_work(self, options, words, tmp_path, capsys,
+                                                                 monkeypatch):
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained despite a bad option")
+        missing = tmp_path / "no-such-data.npz"  # read after the options are checked: its error would come first
+        assert main(["fit", str(missing), "--out", str(tmp_path / "m.safetensors"), *options]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("smoothsk fit: error: ") and words in err
+
+
+class TestNormalizeOption:
+    """``--normalize MEAN,..:STD,..``: a normalisation in front of the module, noise added before it."""
+
+    def test_fit_trains_a_normalized_module_that_loads_alone(self, npz_data, tmp_path):
+        X, _, data, _ = npz_data
+        model = tmp_path / "m.safetensors"
+        assert main(["fit", str(data), "--out", str(model), "--epochs", "1", "--normalize", "0.5:0.25"]) == 0
+        clf = SampleWiseSmoothedClassifier.load(model)
+        assert clf.module is Normalized and clf.get_params_for("module") == {"net": FlatMLP, "mean": (0.5,),
+                                                                             "std": (0.25,)}
+
+    def test_fit_refuses_statistics_for_another_number_of_channels_before_training(self, npz_data, tmp_path,
+                                                                                   capsys, monkeypatch):
+        _, _, data, _ = npz_data
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit", "trained despite a bad --normalize")
+        assert main(["fit", str(data), "--out", str(tmp_path / "m.safetensors"), "--normalize", "0.1,0.2:1,1"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert f"--normalize 0.1,0.2:1,1: 2 channel values, but the inputs of {data} have shape (16,)" in err
+
+    def test_certify_puts_the_normalization_in_front_of_the_loaded_module(self, npz_data, tmp_path):
+        X, _, data, model = npz_data
+        out, saved = tmp_path / "c.csv", tmp_path / "normalized.safetensors"
+        assert main(["certify", str(model), str(data), "--out", str(out), "--n", "50", "--n0", "10",
+                     "--normalize", "0.1:2.0", "--save-model", str(saved)]) == 0
+        clf = SampleWiseSmoothedClassifier.load(model).set_params(sampler__n=50, sampler__n0=10)
+        clf.module = clf.module_ = Normalized(clf.module_, 0.1, 2.0)
+        prediction, radius = clf.certify(X)
+        rows = read_csv(out)
+        assert [float(row["radius"]) for row in rows] == radius.tolist()
+        assert [int(row["prediction"]) for row in rows] == prediction.tolist()
+        plain = SampleWiseSmoothedClassifier.load(model).set_params(sampler__n=50, sampler__n0=10)
+        assert plain.certify(X)[1].tolist() != radius.tolist()  # the normalization changes the classifier
+        again = SampleWiseSmoothedClassifier.load(saved)  # no module argument
+        assert again.module is Normalized and again.get_params_for("module")["std"] == (2.0,)
+        assert again.set_params(sampler__n=50, sampler__n0=10).certify(X)[1].tolist() == radius.tolist()
+
+    @pytest.mark.parametrize("case, words", [
+        ("twice", "--normalize 0.1:2.0: the model {model} already normalizes its inputs"),
+        ("channels", "--normalize 0.1,0.2:1,1: 2 channel values, but the model {model} takes inputs of shape "
+                     "(16,)"),
+    ])
+    def test_certify_refuses_a_normalization_that_cannot_apply(self, case, words, npz_data, tmp_path, capsys,
+                                                               monkeypatch):
+        _, _, data, model = npz_data
+        if case == "twice":
+            normalized = tmp_path / "normalized.safetensors"
+            assert main(["fit", str(data), "--out", str(normalized), "--epochs", "1", "--normalize", "0:1"]) == 0
+            model, option = normalized, "0.1:2.0"
+        else:
+            option = "0.1,0.2:1,1"
+        capsys.readouterr()
+        forbid(monkeypatch, SampleWiseSmoothedClassifier, "certify", "certified despite a bad --normalize")
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), "--normalize",
+                     option]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words.format(model=model) in err
+
+
+class TestSummary:
+    """With labels, ``certify`` prints a summary (accuracy, certified accuracy, ACR, time); its CSV marks hits."""
+
+    def test_summary_figures_are_those_of_smoothsk_metrics(self, npz_data, tmp_path, capsys):
+        from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
+
+        _, y, data, model = npz_data
+        out = tmp_path / "c.csv"
+        assert main(["certify", str(model), str(data), "--out", str(out), "--n", "50", "--n0", "10"]) == 0
+        report = capsys.readouterr().out
+        rows = read_csv(out)
+        prediction = np.array([int(row["prediction"]) for row in rows])
+        radius = np.array([float(row["radius"]) for row in rows])
+        curve = certified_accuracy_curve(y, prediction, radius, SUMMARY_RADII)
+        assert f"clean accuracy: {np.mean(prediction == y):.3f}" in report
+        assert "certified accuracy at radius " + "  ".join(f"{r:g}: {a:.3f}" for r, a in
+                                                          zip(SUMMARY_RADII, curve, strict=True)) in report
+        assert f"average certified radius (ACR): {average_certified_radius(y, prediction, radius):.4f}" in report
+        assert "seconds per input: " in report
+        assert curve[0] > curve[-1]  # the figures vary: a wrong format could not pass
+
+    def test_correct_column_is_one_where_the_prediction_is_the_label(self, npz_data, tmp_path):
+        _, y, data, model = npz_data
+        out = tmp_path / "c.csv"
+        # Few samples: some inputs abstain (prediction -1), which is never correct.
+        assert main(["certify", str(model), str(data), "--out", str(out), "--n", "12", "--n0", "10"]) == 0
+        rows = read_csv(out)
+        assert list(rows[0])[-2:] == ["y", "correct"]
+        prediction = np.array([int(row["prediction"]) for row in rows])
+        wrong = (prediction != y) & (prediction != ABSTAIN)
+        assert np.any(prediction == ABSTAIN) and np.any(prediction == y) and np.any(wrong)
+        assert [row["correct"] for row in rows] == [str(int(p == label)) for p, label in zip(prediction, y,
+                                                                                             strict=True)]
+
+    def test_string_labels_are_compared_as_labels(self, tmp_path):
+        from smoothsk.datasets import make_heterogeneous_margins
+        X, y = make_heterogeneous_margins(n_samples=60, n_features=16, random_state=0)
+        names = np.array([f"class {label}" for label in y])
+        data, model, out = tmp_path / "d.npz", tmp_path / "m.safetensors", tmp_path / "c.csv"
+        np.savez(data, X=X, y=names)
+        assert main(["fit", str(data), "--out", str(model), "--epochs", "2", "--n", "50", "--n0", "10"]) == 0
+        assert main(["certify", str(model), str(data), "--out", str(out)]) == 0
+        rows = read_csv(out)
+        assert [row["correct"] for row in rows] == [str(int(row["prediction"] == row["y"])) for row in rows]
+        assert {row["correct"] for row in rows} == {"0", "1"}
+
+    def test_without_labels_no_summary_and_neither_y_nor_correct(self, npz_data, tmp_path, capsys):
+        X, _, _, model = npz_data
+        test, out = tmp_path / "test.npz", tmp_path / "c.csv"
+        np.savez(test, X=X[:5])
+        assert main(["certify", str(model), str(test), "--out", str(out), "--n", "40", "--n0", "10"]) == 0
+        assert list(read_csv(out)[0]) == ["index", "prediction", "radius", "sigma", "n_samples", "guarantee"]
+        report = capsys.readouterr().out
+        assert "accuracy" not in report and "no labels" in report
+
+    def test_with_out_dash_the_summary_goes_to_standard_error(self, npz_data, capsys):
+        _, _, data, model = npz_data
+        assert main(["certify", str(model), str(data), "--out", "-", "--n", "40", "--n0", "10"]) == 0
+        captured = capsys.readouterr()
+        assert "clean accuracy" in captured.err and "accuracy" not in captured.out

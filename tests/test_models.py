@@ -3,10 +3,13 @@
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
-from smoothsk import SampleWiseSmoothedClassifier
-from smoothsk.models import DigitsCNN, FlatMLP, LeNet
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk.models import DigitsCNN, FlatMLP, LeNet, Normalize, Normalized
 from smoothsk.sampling import FixedSampler
+from smoothsk.sigma import FixedSigma
+from smoothsk.training import Pretrained
 
 
 @pytest.mark.parametrize("module, shape", [
@@ -71,3 +74,103 @@ def test_pooling_before_relu_computes_the_classic_network_bit_for_bit(model_clas
     classic_logits.logsumexp(dim=1).sum().backward()
     for gradient, parameter in zip(gradients, model.parameters(), strict=True):
         assert torch.equal(gradient, parameter.grad)
+
+
+class TestNormalize:
+    """``Normalize``: x -> (x - mean) / std per channel (dimension 1), its statistics in buffers."""
+
+    def test_images_are_normalized_per_channel(self):
+        x = torch.rand(4, 3, 5, 5)
+        mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+        expected = (x - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+        torch.testing.assert_close(Normalize(mean, std)(x), expected, rtol=0, atol=0)
+
+    def test_flat_inputs_are_normalized_per_feature(self):
+        x = torch.rand(6, 2)
+        torch.testing.assert_close(Normalize((1.0, -2.0), (0.5, 4.0))(x),
+                                   torch.stack([(x[:, 0] - 1.0) / 0.5, (x[:, 1] + 2.0) / 4.0], dim=1))
+
+    def test_one_value_applies_to_every_channel(self):
+        x = torch.rand(2, 3, 4, 4)
+        torch.testing.assert_close(Normalize(0.5, 0.25)(x), (x - 0.5) / 0.25)
+
+    def test_statistics_are_persistent_buffers(self):
+        state = Normalize((0.1, 0.2), (0.3, 0.4)).state_dict()
+        assert sorted(state) == ["mean", "std"]
+        torch.testing.assert_close(state["std"], torch.tensor([0.3, 0.4]))
+        assert Normalize((0.1, 0.2), (0.3, 0.4)).constructor_params() == {
+            "mean": (pytest.approx(0.1), pytest.approx(0.2)), "std": (pytest.approx(0.3), pytest.approx(0.4))}
+
+    @pytest.mark.parametrize("mean, std, match", [
+        ((0.5, 0.5), (0.2, 0.0), r"std must be > 0 for every channel and finite; got \[0.2, 0.0\]"),
+        ((0.5,), (-1.0,), r"std must be > 0"),
+        ((0.5, 0.5, 0.5), (0.2, 0.2), r"mean and std must have one value per channel, as many each: 3 means, 2 stds"),
+        ((float("nan"),), (1.0,), r"mean must be finite"),
+        ((0.0,), (float("inf"),), r"std must be > 0 for every channel and finite"),
+        ((), (), r"mean must hold at least one value"),
+        ("0.5", (1.0,), r"mean must be a number or a sequence of numbers"),
+    ])
+    def test_bad_statistics_are_refused_in_one_line(self, mean, std, match):
+        with pytest.raises(ValueError, match=match) as info:
+            Normalize(mean, std)
+        assert "\n" not in str(info.value)
+
+    def test_inputs_with_another_number_of_channels_are_refused(self):
+        # (1, 3, 1, 1) statistics would broadcast a 1-channel image to 3 channels without a word.
+        with pytest.raises(ValueError, match=r"3 channels \(mean, std\), but its input has 1 \(shape \(2, 1, 4, 4\)\)"):
+            Normalize((0.1, 0.2, 0.3), (1.0, 1.0, 1.0))(torch.zeros(2, 1, 4, 4))
+
+
+class TestNormalized:
+    """``Normalized``: a network behind ``Normalize``, rebuilt from its class and statistics."""
+
+    def test_output_is_the_network_on_normalized_inputs(self):
+        net = FlatMLP(n_classes=3, hidden=4)
+        x = torch.rand(5, 2)
+        model = Normalized(net, (1.0, 2.0), (0.5, 0.25))
+        torch.testing.assert_close(model(x), net((x - torch.tensor([1.0, 2.0])) / torch.tensor([0.5, 0.25])))
+        assert model.net is net  # an instance is used as it is
+
+    def test_a_class_is_built_with_the_number_of_classes(self):
+        model = Normalized(LeNet, 0.1307, 0.3081, n_classes=4)
+        assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 4)
+        assert model.constructor_params() == {"net": LeNet, "mean": (pytest.approx(0.1307),),
+                                              "std": (pytest.approx(0.3081),)}
+
+    def test_the_estimator_trains_it_with_noise_in_the_units_of_x(self):
+        X = np.random.default_rng(0).normal(size=(30, 1, 8, 8)).astype(np.float32)
+        clf = SampleWiseSmoothedClassifier(Normalized, module__net=DigitsCNN, module__mean=(0.5,), module__std=(0.25,),
+                                           max_epochs=1, sampler=FixedSampler(n=10, n0=5), random_state=0)
+        clf.fit(X, np.arange(30) % 3)
+        assert isinstance(clf.module_.net, DigitsCNN) and clf.module_.net.layers[-1].out_features == 3
+
+    def test_radii_are_in_the_units_of_x(self, make_linear_classifier):
+        """Noise added before the normalisation: radii are distances between inputs, not normalised ones.
+
+        The network's boundary is u_0 = 0 in normalised units, x_0 = MEAN in the units of X, so the
+        exact radius of x is |x_0 - MEAN|. Each certificate is wrong (its class, or a radius beyond
+        that) with probability <= alpha: the count of wrong ones is bounded at error probability 1e-6.
+        """
+        mean, std, alpha, n_inputs = 0.3, 0.5, 0.05, 200
+        linear = make_linear_classifier((1.0, 0.0)).module_
+        clf = SampleWiseSmoothedClassifier(
+            Normalized(linear, (mean, 0.0), (std, 1.0)), training=Pretrained(), sigma_search=FixedSigma(0.5),
+            sampler=FixedSampler(n=1000, n0=100), alpha=alpha, random_state=0).fit(np.zeros((2, 2), np.float32), [0, 1])
+        x0 = np.random.default_rng(5).uniform(mean - 1.0, mean + 1.0, n_inputs)
+        X = np.column_stack([x0, np.zeros(n_inputs)]).astype(np.float32)
+        prediction, radius = clf.certify(X)
+        certified = prediction != ABSTAIN
+        distance = np.abs(x0 - mean)
+        bound = stats.binom.isf(1e-6, n_inputs, alpha)
+        assert (certified & ((prediction != (x0 > mean)) | (radius > distance))).sum() <= bound
+        assert np.median(radius[certified] / distance[certified]) > 0.5  # not vacuous
+        # The same radii read in normalised units (noise added after the normalisation) break it: this can fail.
+        assert (certified & (radius / std > distance)).sum() > bound
+
+    def test_a_module_taking_the_noise_level_is_refused(self, fitted_experts):
+        with pytest.raises(ValueError, match="takes the noise level"):
+            Normalized(fitted_experts[0].module_, 0.0, 1.0)
+
+    def test_not_a_module_is_refused(self):
+        with pytest.raises(TypeError, match="net must be a torch.nn.Module instance or class; got 3"):
+            Normalized(3, 0.0, 1.0)

@@ -21,7 +21,7 @@ from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk import _persistence as persistence
 from smoothsk.datasets import make_heterogeneous_margins
 from smoothsk.experts import NoiseLevelExperts
-from smoothsk.models import DigitsCNN, FlatMLP
+from smoothsk.models import DigitsCNN, FlatMLP, Normalize, Normalized
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, SemiElasticSigma
@@ -716,4 +716,63 @@ class TestNoiseLevelExperts:
                                              r"'experts\.0\.layers\.1\.weight' has .*\[8, 5\].* in the file, "
                                              r"but the NoiseLevelExperts built from the saved parameters has"):
             clf.save(tmp_path / "experts.safetensors")
+        assert os.listdir(tmp_path) == []
+
+
+class TestNormalizedModules:
+    """A network behind ``Normalize``: saved safely, its statistics as tensors, the units of X kept."""
+
+    MEAN, STD = (0.5, -1.0), (0.25, 2.0)
+
+    def test_normalized_class_round_trips_without_a_module_argument(self, tmp_path):
+        clf, X = fit_two_features(Normalized, module__net=FlatMLP, module__mean=self.MEAN, module__std=self.STD)
+        clf.save(tmp_path / "model.safetensors")
+        loaded = load(tmp_path / "model.safetensors")
+        assert loaded.module is Normalized and loaded.get_params_for("module") == {
+            "net": FlatMLP, "mean": self.MEAN, "std": self.STD}
+        torch.testing.assert_close(loaded.module_.normalize.std, torch.tensor(self.STD), rtol=0, atol=0)
+        assert_same_certificates(clf, loaded, X)
+
+    def test_normalized_instance_round_trips_as_its_class_and_statistics(self, tmp_path):
+        """A trained network wrapped afterwards (what ``smoothsk certify --normalize`` does) loads back alone."""
+        trained, X = fit_two_features(FlatMLP)
+        clf, _ = fit_two_features(Normalized(trained.module_, self.MEAN, self.STD), training=Pretrained())
+        clf.save(tmp_path / "model.safetensors")
+        loaded = load(tmp_path / "model.safetensors")
+        assert loaded.module is Normalized and loaded.get_params_for("module")["net"] is FlatMLP
+        assert_same_certificates(clf, loaded, X)
+
+    def test_sequential_with_normalize_loads_only_with_its_module_given_again(self, tmp_path):
+        """``nn.Sequential`` gives no constructor parameters: the file names an instance it cannot rebuild."""
+        def network():
+            return nn.Sequential(Normalize(self.MEAN, self.STD), nn.Linear(2, 2))
+
+        clf, X = fit_two_features(network())
+        clf.save(tmp_path / "model.safetensors")
+        with pytest.raises(ValueError, match=r"the module was saved as an instance of 'torch\.nn\.modules\."
+                                             r"container\.Sequential'.*load\(path, module=\.\.\.\)"):
+            load(tmp_path / "model.safetensors")
+        loaded = load(tmp_path / "model.safetensors", module=network())
+        torch.testing.assert_close(loaded.module_[0].mean, torch.tensor(self.MEAN), rtol=0, atol=0)
+        assert_same_certificates(clf, loaded, X)
+
+    def test_statistics_changed_after_fit_are_saved_with_the_weights(self, tmp_path):
+        clf, X = fit_two_features(Normalized, module__net=FlatMLP, module__mean=self.MEAN, module__std=self.STD)
+        clf.module_.normalize.std.mul_(2)  # a buffer: in the state_dict, so the file holds the new values
+        clf.save(tmp_path / "model.safetensors")
+        loaded = load(tmp_path / "model.safetensors")
+        torch.testing.assert_close(loaded.module_.normalize.std, 2 * torch.tensor(self.STD), rtol=0, atol=0)
+        assert_same_certificates(clf, loaded, X)
+
+    def test_a_network_its_class_cannot_rebuild_is_refused_at_saving(self, tmp_path):
+        X = np.linspace(-1, 1, 40, dtype=np.float32).reshape(20, 2)
+        net = FlatMLP(n_classes=2, hidden=8)
+        net(torch.zeros(1, 2))
+        clf = SampleWiseSmoothedClassifier(Normalized(net, self.MEAN, self.STD), training=Pretrained(),
+                                           sampler=FixedSampler(n=100, n0=10), max_epochs=0,
+                                           random_state=0).fit(X, np.arange(20) % 2)
+        with pytest.raises(ValueError, match=r"Cannot save .*model\.safetensors: module_ tensor "
+                                             r"'net\.layers\.1\.weight' has .*\[8, 2\].* in the file, "
+                                             r"but the Normalized built from the saved parameters has"):
+            clf.save(tmp_path / "model.safetensors")
         assert os.listdir(tmp_path) == []

@@ -23,6 +23,13 @@ from ._input_specific import check_relative_decline
 from ._spending import SPENDING
 from ._stopping import StoppingRule
 
+# n0=None: selection samples as a share of n_max in decline mode, at least _MIN_N0 (benchmarks/bench_sequential.py:
+# on the linear model at sigma 1.0, n0=100 let wrong candidates push the expected decline at pA 0.55 to 0.057 with
+# "plan"; 1.5 % kept it within decline at n_max 10,000 to 100,000, and 2 % cost samples at sigma 0.5).
+_N0_SHARE = 0.015
+# n0=None: the fewest selection samples, and those of radius mode (where more only cost: decisions come early).
+_MIN_N0 = 100
+
 
 class SequentialSampler(BaseSampler):
     """Anytime-valid sequential certification: rounds of fresh samples until each input is decided.
@@ -79,15 +86,23 @@ class SequentialSampler(BaseSampler):
         Estimation samples of the first look.
     growth : float, default=1.5
         Ratio of consecutive look sizes, > 1.
-    n0 : int, default=100
-        Selection samples per input (Cohen et al.'s N0). Rule (b) bounds the
-        decline of the selected candidate's radius; a wrong candidate, more
-        frequent at a small ``n0``, costs its whole radius: at ``n0=20`` the
-        expected decline exceeded ``decline`` (``docs/sequential.md``), at
-        the default it stays within.
-    alpha_spending : {"equal", "predicted", "prior", "plan"}, default="equal"
-        How the union bound shares alpha over the looks. ``"equal"``: equally
-        over the geometric looks (plus the never-failing look).
+    n0 : int or None, default=None
+        Selection samples per input (Cohen et al.'s N0). None: 1.5 % of
+        ``n_max`` (at least 100) in decline mode, 100 with ``radius``. Rule
+        (b) bounds the decline of the selected candidate's radius; a wrong
+        candidate, more frequent at a small ``n0``, costs its whole radius:
+        near the abstain threshold at sigma 1.0 (pA 0.55), ``n0=100`` took
+        the expected decline to 0.057 for a ``decline`` of 0.05, 1.5 % of
+        ``n_max`` kept it within (``docs/sequential.md``).
+    alpha_spending : {"auto", "equal", "predicted", "prior", "plan"}, default="auto"
+        How the union bound shares alpha over the looks. ``"auto"``:
+        ``"plan"`` in decline mode, ``"prior"`` with ``radius``, ``"equal"``
+        with the betting sequence (the fewest samples on
+        ``benchmarks/bench_sequential.py``: with ``n0=None``, 0.90x ISS's
+        samples at sigma 0.5 and 0.72x at 1.0 on a linear model at
+        ``n_max=20_000``, where the equal split spent 1.02x and 1.16x).
+        ``"equal"``: equally over the geometric looks (plus the
+        never-failing look).
         ``"predicted"`` (union only): the selection samples also predict the
         size where the input will stop, and most of alpha goes to a short
         ladder of looks from there; rule (b) is then checked on a narrower
@@ -147,12 +162,12 @@ class SequentialSampler(BaseSampler):
         "confidence_sequence": [StrOptions(set(CONFIDENCE_SEQUENCES))],
         "first": [SAMPLE_SIZE],
         "growth": [Interval(Real, 1, None, closed="neither")],
-        "n0": [SAMPLE_SIZE],
-        "alpha_spending": [StrOptions(set(SPENDING))],
+        "n0": [SAMPLE_SIZE, None],
+        "alpha_spending": [StrOptions(set(SPENDING) | {"auto"})],
     }
 
     def __init__(self, n_max=100_000, decline=0.05, decline_type="absolute", radius=None,
-                 confidence_sequence="union", first=500, growth=1.5, n0=100, alpha_spending="equal"):
+                 confidence_sequence="union", first=500, growth=1.5, n0=None, alpha_spending="auto"):
         self.n_max = n_max
         self.decline = decline
         self.decline_type = decline_type
@@ -165,13 +180,29 @@ class SequentialSampler(BaseSampler):
 
     def _check_consistency(self):
         check_relative_decline(self.decline, self.decline_type)
-        spending = SPENDING[self.alpha_spending]
+        spending = SPENDING[self._alpha_spending()]
         if spending.union_only and self.confidence_sequence != "union":
             raise ValueError(f"alpha_spending={self.alpha_spending!r} places shares of alpha on looks, so it needs "
                              f"confidence_sequence='union'; got {self.confidence_sequence!r}.")
         if spending.decline_only and self.radius is not None:
             raise ValueError(f"alpha_spending={self.alpha_spending!r} plans each look for the expected radius "
                              f"decline, so it needs radius=None; got radius={self.radius!r}.")
+
+    def _alpha_spending(self):
+        """The strategy ``alpha_spending`` names: ``"auto"`` resolved by the confidence sequence and the mode."""
+        if self.alpha_spending != "auto":
+            return self.alpha_spending
+        if self.confidence_sequence != "union":
+            return "equal"
+        return "plan" if self.radius is None else "prior"
+
+    def _n0(self):
+        """The selection samples per input: ``n0``, or its default for the mode (see the class docstring)."""
+        if self.n0 is not None:
+            return int(self.n0)
+        if self.radius is not None:
+            return _MIN_N0
+        return max(_MIN_N0, round(_N0_SHARE * int(self.n_max)))
 
     @property
     def prediction_sample_size(self):
@@ -191,13 +222,13 @@ class SequentialSampler(BaseSampler):
         """
         geometric = look_sizes(self.first, self.growth, rule.n_max)
         sequence = CONFIDENCE_SEQUENCES[self.confidence_sequence]
-        return SPENDING[self.alpha_spending](rule, int(self.n0), geometric, sequence)
+        return SPENDING[self._alpha_spending()](rule, self._n0(), geometric, sequence)
 
     def _certify(self, engine, X, sigma, alpha, stage):
         n_inputs = len(X)
         rows = np.arange(n_inputs)
         sigma = np.array(np.broadcast_to(sigma, (n_inputs,)), dtype=np.float64)
-        n0, n_max = int(self.n0), int(self.n_max)
+        n0, n_max = self._n0(), int(self.n_max)
         rule = StoppingRule(n_max, self.decline, self.decline_type, self.radius)
 
         # Selection: n0 samples choose the candidate; its count fixes the looks and their levels.
