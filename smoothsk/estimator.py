@@ -31,6 +31,7 @@ from .experts import materialize
 from .regions import RegionStore
 from .sigma import BaseCertifiedSigma, SigmaFitContext
 from .statistics import top_two_test
+from .training import Pretrained
 
 __all__ = ["SampleWiseSmoothedClassifier"]
 
@@ -308,6 +309,86 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             a later call's ``classes`` differ from ``classes_``.
         """
         return self._fit(X, y, reset=not self.initialized_, classes=classes, **fit_params)
+
+    @classmethod
+    def from_module(cls, module, *, input_shape, sigma=0.25, classes=None, **params):
+        """A fitted estimator that smooths and certifies a trained module as it is, without data.
+
+        scikit-learn's ``cv="prefit"`` (or ``FrozenEstimator``) for smoothing:
+        ``SampleWiseSmoothedClassifier(module, training=Pretrained(sigma),
+        **params)``, its bookkeeping done by :meth:`partial_fit` on one zero
+        input with ``classes`` (no epoch runs: ``Pretrained`` trains nothing).
+        The module's weights and buffers stay bit-identical, here and in every
+        later ``certify`` or ``predict``. The module runs once on a zero input
+        of ``input_shape`` (in eval mode, without gradients) to read its
+        logit width, before any other work; any problem is one ``ValueError``
+        naming the argument.
+
+        Certificates are about ``g`` at ``sigma`` with the default search
+        (``FixedSigma(sigma)``, Cohen et al.'s smoothed classifier of the
+        module), or as the ``sigma_search`` and ``allocator`` passed in
+        ``params`` say (``details.guarantee``). A certified sigma function
+        (``CertifiedSigmaSelector``, ``SemiElasticSigma``) is fitted on data,
+        so it is refused here: pass it to
+        ``SampleWiseSmoothedClassifier(module, training=Pretrained(sigma),
+        sigma_search=...)`` and call ``fit(X, y)``, which trains no weight either.
+
+        The estimator is an ordinary fitted one: ``save``/``load`` (a module
+        instance is saved by its class, so ``load(path, module=...)`` needs
+        the architecture again unless the module gives its
+        ``constructor_params()``), ``n_jobs``, ``checkpoint=`` and Pipelines
+        work as after ``fit``, and a later ``fit(X, y)`` learns the classes
+        and input shape from data instead.
+
+        Parameters
+        ----------
+        module : torch.nn.Module instance
+            The trained base classifier, returning logits (n, n_classes) for
+            inputs (n, *input_shape), normalisation inside it. It becomes
+            ``module_`` itself (moved to ``device`` if it is elsewhere), not a copy.
+        input_shape : tuple of int
+            Shape of one input, in the module's input space (noise is added there).
+        sigma : float, default=0.25
+            The noise level the module was trained for (``Pretrained(sigma)``).
+        classes : array-like, shape (n_classes,), optional
+            The label of logit i at position i, in ascending order (scikit-learn
+            keeps ``classes_`` sorted); default ``range(n_outputs)``, the
+            module's logit width.
+        **params
+            Any other parameter of the estimator (``sampler``, ``alpha``,
+            ``sigma_search``, ``n_jobs``, ``device``, ``random_state``, ...);
+            not ``training`` (it is ``Pretrained(sigma)``) nor ``module__*``
+            (which would build a new, untrained module).
+
+        Returns
+        -------
+        SampleWiseSmoothedClassifier
+            Fitted: ``classes_``, ``input_shape_``, ``module_`` (the given
+            module), an empty ``history`` and no ``train_sigmas_``.
+
+        Raises
+        ------
+        TypeError
+            If ``params`` holds ``training`` or a ``module__*`` parameter.
+        ValueError
+            Before any sampling, naming the argument: see
+            :func:`smoothsk._validation.check_prefit`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))  # trained elsewhere
+        >>> clf = SampleWiseSmoothedClassifier.from_module(module, input_shape=(1, 8, 8), sigma=0.25)
+        >>> clf.classes_.tolist(), clf.input_shape_
+        ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], (1, 8, 8))
+        """
+        refused = sorted(name for name in params if name == "training" or name.startswith("module__"))
+        if refused:
+            raise TypeError(f"from_module takes no {', '.join(refused)}: the schedule is Pretrained(sigma), and "
+                            "module__* parameters would build a new, untrained module.")
+        estimator = cls(module, training=Pretrained(sigma=sigma), **params)
+        probe, classes = _validation.check_prefit(estimator, input_shape, classes)
+        return estimator.partial_fit(probe, classes[:1], classes=classes)
 
     def _fit(self, X, y, reset, classes=None, **fit_params):
         components, X, y_index, classes = _validation.check_fit(self, X, y, reset, classes, fit_params)
