@@ -47,25 +47,42 @@ def check_inputs(estimator, X, reset):
                     ensure_min_samples=1, estimator=estimator, input_name="X")
     if reset:
         return np.ascontiguousarray(X)
+    return np.ascontiguousarray(X.reshape(check_input_shape(estimator, X.shape)))
+
+
+def check_input_shape(estimator, shape, name="X"):
+    """The shape inputs of shape ``shape`` take for a fitted estimator (flat inputs reshaped), or a ``ValueError``.
+
+    Parameters
+    ----------
+    estimator : SampleWiseSmoothedClassifier
+        Fitted (its ``input_shape_``).
+    shape : tuple of int
+        Shape of all the inputs, ``(n_inputs, *input_shape)`` or ``(n_inputs, n_features)``.
+    name : str, default="X"
+        What the inputs are called in the messages.
+
+    Returns
+    -------
+    shape : tuple of int
+        ``(n_inputs, *input_shape_)``.
+    """
     check_is_fitted(estimator, "input_shape_")
-    input_shape, name = estimator.input_shape_, type(estimator).__name__
-    if X.shape == input_shape:
+    input_shape, estimator_name = estimator.input_shape_, type(estimator).__name__
+    if shape == input_shape:
         raise ValueError(
-            f"X has shape {X.shape}, the shape of one input: X needs a leading batch axis, "
-            f"shape (n_inputs, {', '.join(map(str, input_shape))}) (e.g. X[None]).")
-    n_features = int(np.prod(X.shape[1:]))
+            f"{name} has shape {shape}, the shape of one input: {name} needs a leading batch axis, "
+            f"shape (n_inputs, {', '.join(map(str, input_shape))}) (e.g. {name}[None]).")
+    n_features = int(np.prod(shape[1:]))
     if n_features != estimator.n_features_in_:
         raise ValueError(
-            f"X has {n_features} features, but {name} is expecting "
+            f"{name} has {n_features} features, but {estimator_name} is expecting "
             f"{estimator.n_features_in_} features as input (inputs of shape {input_shape}).")
-    if X.shape[1:] != input_shape:
-        if X.ndim == 2:  # flat inputs of the right size are reshaped
-            X = X.reshape((-1,) + input_shape)
-        else:
-            raise ValueError(
-                f"X has inputs of shape {X.shape[1:]}, but {name} was fitted "
-                f"on inputs of shape {input_shape}.")
-    return np.ascontiguousarray(X)
+    if shape[1:] != input_shape and len(shape) != 2:  # flat inputs of the right size are reshaped
+        raise ValueError(
+            f"{name} has inputs of shape {shape[1:]}, but {estimator_name} was fitted "
+            f"on inputs of shape {input_shape}.")
+    return (shape[0],) + tuple(input_shape)
 
 
 def check_training_data(estimator, X, y, reset):

@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
 from tqdm.auto import tqdm
 
-from . import _certification, _checkpoint, _params, _stages, _validation
+from . import _certification, _checkpoint, _inputs, _parallel, _params, _stages, _validation
 from ._persistence import load_estimator, save_estimator
 from ._training_steps import NoisyTrainingSteps
 from .certificates import ABSTAIN
@@ -518,15 +518,32 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
                                         sigma_function, self.alpha, self.certify_batch_size, self.device, self.n_jobs,
                                         self.certify_autocast, self.certify_memory_format)
 
-    def _predict_checked(self, X):
-        """:meth:`predict` on inputs ``X`` already checked (float32 ndarray)."""
+    def _per_chunk(self, inputs, work):
+        """``work(smoothing, X_chunk)`` on each chunk of ``inputs`` (one for an array), in order.
+
+        The prediction of each input depends on that input alone, unless the
+        sigma search learns one sigma for the whole set, which needs every
+        input at once: :meth:`_inputs_for_prediction` refuses a streamed source then.
+        """
         smoothing = self._smoothing()
+        return [work(smoothing, inputs.read(begin, end)) for begin, end in inputs.chunks(0, inputs.n_inputs)]
+
+    def _inputs_for_prediction(self, X):
+        """The checked inputs of ``predict``, ``predict_proba`` or ``score`` (:func:`smoothsk._inputs.inputs_of`)."""
+        self.check_is_fitted()
+        sigma_search = _params.Components.of(self).sigma_search
+        if not getattr(sigma_search, "per_input", True):  # a search without the attribute: refused by its check
+            _inputs.refuse_streaming(X, f"sigma_search={sigma_search!r} learns one sigma for all the inputs of a "
+                                        "call together", checkpoint_helps=False)
+        return _inputs.inputs_of(self, X)
+
+    def _predict_chunk(self, smoothing, X):
+        """:meth:`predict`'s class indices (``ABSTAIN`` kept) for checked inputs ``X`` (float32 ndarray)."""
         counts, _, abstain, alpha = _certification.prediction_counts(
             smoothing, X, self._seed(_stages.PREDICT_SALT), self.regions_)
         top, not_significant = top_two_test(counts, alpha)
         prediction = np.where(not_significant | abstain, ABSTAIN, top)
-        prediction = smoothing.components.allocator.predict_override(self.regions_, X.reshape(len(X), -1), prediction)
-        return _validation.decode_labels(prediction, self.classes_)
+        return smoothing.components.allocator.predict_override(self.regions_, X.reshape(len(X), -1), prediction)
 
     def predict(self, X):
         """Cohen et al.'s PREDICT: the top class, or ``ABSTAIN`` if not significant.
@@ -542,55 +559,66 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
 
         Parameters
         ----------
-        X : array-like of float, shape (n_inputs, *input_shape)
+        X : array-like of float, shape (n_inputs, *input_shape), or a streamed source
+            A memory-mapped array or a map-style Dataset of inputs or
+            ``(input, label)`` pairs is read a chunk at a time (labels
+            ignored); see :mod:`smoothsk._inputs`.
 
         Returns
         -------
         labels : ndarray, shape (n_inputs,)
             Class labels, ``ABSTAIN`` (-1) where the test abstains.
         """
-        self.check_is_fitted()
-        return self._predict_checked(_validation.check_inputs(self, X, reset=False))
+        prediction = np.concatenate(self._per_chunk(self._inputs_for_prediction(X), self._predict_chunk))
+        return _validation.decode_labels(prediction, self.classes_)
 
     def predict_proba(self, X):
         """Monte Carlo class frequencies under each input's noise.
 
         Parameters
         ----------
-        X : array-like of float, shape (n_inputs, *input_shape)
+        X : array-like of float, shape (n_inputs, *input_shape), or a streamed source
+            As in :meth:`predict`.
 
         Returns
         -------
         proba : ndarray of float, shape (n_inputs, n_classes)
             Fraction of noisy copies classified as each class of ``classes_``.
         """
-        self.check_is_fitted()
-        X = _validation.check_inputs(self, X, reset=False)
-        counts, n, _, _ = _certification.prediction_counts(
-            self._smoothing(), X, self._seed(_stages.PREDICT_SALT), self.regions_)
-        return counts / n
+        def frequencies(smoothing, X):
+            counts, n, _, _ = _certification.prediction_counts(
+                smoothing, X, self._seed(_stages.PREDICT_SALT), self.regions_)
+            return counts / n
 
-    def score(self, X, y, sample_weight=None):
+        return np.concatenate(self._per_chunk(self._inputs_for_prediction(X), frequencies))
+
+    def score(self, X, y=None, sample_weight=None):
         """Accuracy of :meth:`predict`; abstentions count as wrong.
 
         Parameters
         ----------
-        X : array-like of float, shape (n_inputs, *input_shape)
-        y : array-like, shape (n_inputs,)
-            True labels.
+        X : array-like of float, shape (n_inputs, *input_shape), or a streamed source
+            As in :meth:`predict`.
+        y : array-like, shape (n_inputs,), optional
+            True labels; required unless ``X`` is a Dataset of ``(input, label)``
+            pairs, whose labels are then used.
         sample_weight : array-like of float, shape (n_inputs,), optional
 
         Returns
         -------
         float
         """
-        self.check_is_fitted()
-        X = _validation.check_inputs(self, X, reset=False)  # first: its errors are the clear ones for a bad X
-        y = _validation.check_label_vector(y, len(X), "y")
+        inputs = self._inputs_for_prediction(X)  # first: its errors are the clear ones for a bad X
+        if y is None:
+            y = _inputs.dataset_labels(X)
+            if y is None:
+                raise ValueError("score needs the true labels y, unless X is a Dataset of (input, label) pairs.")
+        y = _validation.check_label_vector(y, len(inputs), "y")
         if sample_weight is not None:
-            sample_weight = _validation.check_label_vector(sample_weight, len(X), "sample_weight",
+            sample_weight = _validation.check_label_vector(sample_weight, len(inputs), "sample_weight",
                                                              unit="weight").astype(np.float64)
-        correct = _validation.correct_predictions(self._predict_checked(X), y)
+        prediction = np.concatenate(self._per_chunk(inputs, self._predict_chunk))
+        correct = _validation.correct_predictions(_validation.decode_labels(prediction, self.classes_), y)
         return float(np.average(correct, weights=sample_weight))
 
     def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False):
@@ -631,24 +659,31 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             Only with ``return_details``; ``details.prediction`` holds class indices.
         """
         smoothing = self._smoothing()
-        X = _validation.check_inputs(self, X, reset=False)
         every = _checkpoint.check_chunk_size(checkpoint_every)
         if checkpoint is not None:
             checkpoint = _checkpoint.check_path(checkpoint)
         if not isinstance(keep_checkpoint, bool):
             raise ValueError(f"keep_checkpoint must be a bool, got {keep_checkpoint!r}.")
+        if checkpoint is None and not _parallel.can_split(smoothing.components):
+            components = smoothing.components
+            _inputs.refuse_streaming(X, (
+                f"allocator={components.allocator!r} allocates regions over all the inputs of a call together"
+                if not components.allocator.stateless else
+                f"sigma_search={components.sigma_search!r} learns one sigma for all the inputs of a call together"),
+                checkpoint_helps=True)
+        inputs = _inputs.inputs_of(self, X)
         root_seed = self._seed(_stages.CERTIFY_SALT)
         with tqdm(desc="certify", unit=" noisy samples", unit_scale=True, mininterval=1.0,
                   disable=not self.verbose, file=sys.stderr) as progress:
             if checkpoint is None:
                 with self.regions_.transaction():
-                    certificates = _certification.certify_rows(smoothing, X, np.arange(len(X)), root_seed,
+                    certificates = _certification.certify_rows(smoothing, inputs, 0, len(inputs), root_seed,
                                                                self.regions_, progress)
             else:
                 certificates = _checkpoint.certify_in_chunks(
-                    functools.partial(_certification.certify_rows, smoothing, X, progress=progress), len(X),
-                    checkpoint, every,
-                    _checkpoint.run_fingerprint(self, X), root_seed, get_store=lambda: self.regions_,
+                    functools.partial(_certification.certify_rows, smoothing, inputs, progress=progress),
+                    len(inputs), checkpoint, every,
+                    _checkpoint.run_fingerprint(self, inputs), root_seed, get_store=lambda: self.regions_,
                     set_store=lambda store: setattr(self, "regions_", store), alpha=self.alpha,
                     n_classes=len(self.classes_), keep=keep_checkpoint)
         prediction = _validation.decode_labels(certificates.prediction, self.classes_)
