@@ -338,9 +338,12 @@ class _Stream:
         return X, None if self._first_label is None else labels
 
     def where(self, index):
-        """Input ``index``, named for a message."""
-        kind = "row {} of the memory-mapped array" if isinstance(self._X, np.memmap) else "item {} of the Dataset"
-        return f"{self.name}[{index}] ({kind.format(index)} {self.name})"
+        """Input ``index``, named for a message (with the file a memory-mapped array maps)."""
+        if isinstance(self._X, np.memmap):
+            filename = getattr(self._X, "filename", None)
+            return f"{self.name}[{index}] (row {index} of the memory-mapped array {self.name}" + (
+                f", file {filename})" if filename else ")")
+        return f"{self.name}[{index}] (item {index} of the Dataset {self.name})"
 
     def item(self, index, first=False):
         """Item ``index`` of a Dataset as ``(input, label)``, checked against the first item.

@@ -225,7 +225,8 @@ class TestBadSources:
         X = data[0].copy()
         X[33, 0, 1, 1] = np.inf
         np.save(tmp_path / "x.npy", X)
-        with pytest.raises(ValueError, match=r"X\[33\] \(row 33 of the memory-mapped array X\) holds NaN or infinite"):
+        with pytest.raises(ValueError, match=r"X\[33\] \(row 33 of the memory-mapped array X, file .*x.npy\) holds "
+                                             r"NaN or infinite"):
             clf.predict(np.load(tmp_path / "x.npy", mmap_mode="r"))
 
     def test_a_memmap_of_one_input_is_refused(self, clf, tmp_path):
