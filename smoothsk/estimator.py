@@ -624,9 +624,22 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
     def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False):
         """Certified prediction and L2 radius per input.
 
+        Each certificate is about the classifier ``details.guarantee`` names:
+        ``g`` at the fixed sigma (``FixedSigma``, ``NoRegions``), ``g(., sigma(x))``
+        at the input's own searched sigma, a stateful allocator's region
+        classifier, or, with a certified sigma function, the sample-wise
+        classifier ``G(x) = g(x, sigma(x))``.
+
         Parameters
         ----------
-        X : array-like of float, shape (n_inputs, *input_shape)
+        X : array-like of float, shape (n_inputs, *input_shape), or a streamed source
+            A memory-mapped array or a map-style Dataset of inputs or
+            ``(input, label)`` pairs is read a chunk at a time, with the
+            certificates of the array of its inputs (labels ignored; see
+            :mod:`smoothsk._inputs`). Where the certificates depend on all
+            the inputs of the call (a stateful allocator, a sigma search with
+            ``per_input=False``), a stream needs ``checkpoint``: each chunk of
+            ``checkpoint_every`` inputs is then a call of its own, read in one piece.
         return_details : bool, default=False
             Also return the per-input :class:`~smoothsk.certificates.Certificates`.
         checkpoint : str or Path, optional
