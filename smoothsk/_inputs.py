@@ -17,10 +17,11 @@ number:
   where no ``y`` is given.
 
 A streamed source is read once in full and checked before any sampling
-(:func:`inputs_of`): every item an input or a pair as the first one is,
-inputs of one shape, of floats (integers are refused: scale 8-bit images to
-floats yourself), finite in float32, of the fitted input shape. Each input
-is converted to float32 as an array would be. It is read again to certify
+(:func:`inputs_of`): every item of a Dataset an input or a pair as the
+first one is, inputs of one shape and of floats (integers are refused: scale
+8-bit images to floats yourself); every input finite in float32 and of the
+fitted input shape. Each input is converted to float32 as an array would be
+(a memory-mapped array of integers too). It is read again to certify
 (and, with ``checkpoint=``, once more for the run's fingerprint), so a
 Dataset must return the same item for the same index every time (no random
 augmentation).
@@ -33,9 +34,12 @@ noise, and the same certificate, in any chunk, as with ``n_jobs``
 inputs together (a stateful allocator, which allocates regions over the
 call's inputs in one pass with noise keyed by the call; a sigma search that
 learns one sigma for the whole set) cannot be split: it reads its inputs in
-one piece, which a streamed source refuses (:func:`refuse_streaming`)
-unless ``certify``'s ``checkpoint=`` makes each chunk of ``checkpoint_every``
-inputs a call of its own, read in one piece, in order.
+one piece (``whole`` in :func:`inputs_of`). A memory-mapped array is then
+read whole, as the array it is (joblib hands large arrays to its workers
+memory-mapped, so a scorer in ``GridSearchCV(n_jobs=...)`` certifies one); a
+Dataset is refused (:func:`refuse_dataset`), unless ``certify``'s
+``checkpoint=`` makes each chunk of ``checkpoint_every`` inputs a call of its
+own, read in one piece, in order.
 """
 
 import hashlib
@@ -49,7 +53,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from ._validation import check_input_shape, check_inputs
 
-__all__ = ["CHUNK_BYTES", "Inputs", "dataset_labels", "inputs_of", "is_dataset", "is_streamed", "refuse_streaming",
+__all__ = ["CHUNK_BYTES", "Inputs", "dataset_labels", "inputs_of", "is_dataset", "is_streamed", "refuse_dataset",
            "values_digest"]
 
 #: Bytes of float32 inputs a streamed source reads at a time (at least one input): 32 MiB, e.g. 55 inputs of
@@ -92,7 +96,7 @@ def is_streamed(X):
     return isinstance(X, np.memmap) or is_dataset(X)
 
 
-def inputs_of(estimator, X):
+def inputs_of(estimator, X, whole=False):
     """The inputs ``X`` of a call to a fitted estimator, checked in full before any sampling.
 
     Parameters
@@ -102,6 +106,10 @@ def inputs_of(estimator, X):
     X : array-like, torch.Tensor, np.memmap or Dataset
         ``(n_inputs, *input_shape)`` (or flat ``(n_inputs, n_features)``),
         or a Dataset of ``n_inputs`` items.
+    whole : bool, default=False
+        Whether the call reads its inputs in one piece: a memory-mapped
+        array is then read as an array (a Dataset must have been refused,
+        :func:`refuse_dataset`).
 
     Returns
     -------
@@ -112,7 +120,7 @@ def inputs_of(estimator, X):
     ValueError
         One line naming ``X`` (and the item, for a Dataset): see the module docstring.
     """
-    if not is_streamed(X):
+    if not is_streamed(X) or (whole and not is_dataset(X)):
         return Inputs(check_inputs(estimator, X, reset=False))
     inputs = Inputs(_Stream(X), estimator)
     for begin, end in inputs.chunks(0, inputs.n_inputs):  # every check before any sampling
@@ -125,8 +133,8 @@ def _bounds(start, stop, size):
     return [(begin, min(begin + size, stop)) for begin in range(start, stop, size)]
 
 
-def refuse_streaming(X, why, checkpoint_helps):
-    """Refuse a streamed source where the call needs all its inputs in one piece, before anything is read.
+def refuse_dataset(X, why, checkpoint_helps):
+    """Refuse a Dataset where the call needs all its inputs in one piece, before anything is read.
 
     Parameters
     ----------
@@ -140,13 +148,12 @@ def refuse_streaming(X, why, checkpoint_helps):
     Raises
     ------
     ValueError
-        If ``X`` is streamed (:func:`is_streamed`).
+        If ``X`` is a Dataset (:func:`is_dataset`).
     """
-    if is_streamed(X):
-        kind = "a memory-mapped array" if isinstance(X, np.memmap) else "a Dataset"
+    if is_dataset(X):
         raise ValueError(
-            f"X is {kind}, read by chunks, but {why}: results of chunks would differ from those of one pass. "
-            "Pass the inputs as one array (np.asarray, np.stack)" + (
+            f"X is a Dataset, read by chunks, but {why}: results of chunks would differ from those of one pass. "
+            "Pass the inputs as one array (np.stack, or a memory-mapped .npy)" + (
                 ", or certify with checkpoint= (each chunk of checkpoint_every inputs is then a call of its own, in "
                 "order)." if checkpoint_helps else "."))
 
@@ -260,10 +267,12 @@ class Inputs:
         Returns
         -------
         X : ndarray of float32, shape (stop - start, *input_shape)
-            For an array, a view of it.
+            For an array, a view of it, or a copy where it is read-only (torch
+            warns of tensors over read-only memory).
         """
         if not self.streamed:
-            return self._source[start:stop]
+            X = self._source[start:stop]
+            return X if X.flags.writeable else X.copy()
         X = self._source.rows(start, stop)[0].reshape((stop - start,) + self.input_shape)
         finite = np.isfinite(X.reshape(len(X), -1)).all(axis=1)
         if not finite.all():

@@ -523,7 +523,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
 
         The prediction of each input depends on that input alone, unless the
         sigma search learns one sigma for the whole set, which needs every
-        input at once: :meth:`_inputs_for_prediction` refuses a streamed source then.
+        input at once: :meth:`_inputs_for_prediction` then reads them in one piece.
         """
         smoothing = self._smoothing()
         return [work(smoothing, inputs.read(begin, end)) for begin, end in inputs.chunks(0, inputs.n_inputs)]
@@ -532,10 +532,11 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         """The checked inputs of ``predict``, ``predict_proba`` or ``score`` (:func:`smoothsk._inputs.inputs_of`)."""
         self.check_is_fitted()
         sigma_search = _params.Components.of(self).sigma_search
-        if not getattr(sigma_search, "per_input", True):  # a search without the attribute: refused by its check
-            _inputs.refuse_streaming(X, f"sigma_search={sigma_search!r} learns one sigma for all the inputs of a "
-                                        "call together", checkpoint_helps=False)
-        return _inputs.inputs_of(self, X)
+        whole = not getattr(sigma_search, "per_input", True)  # a search without the attribute: refused by its check
+        if whole:
+            _inputs.refuse_dataset(X, f"sigma_search={sigma_search!r} learns one sigma for all the inputs of a call "
+                                      "together", checkpoint_helps=False)
+        return _inputs.inputs_of(self, X, whole)
 
     def _predict_chunk(self, smoothing, X):
         """:meth:`predict`'s class indices (``ABSTAIN`` kept) for checked inputs ``X`` (float32 ndarray)."""
@@ -638,8 +639,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             certificates of the array of its inputs (labels ignored; see
             :mod:`smoothsk._inputs`). Where the certificates depend on all
             the inputs of the call (a stateful allocator, a sigma search with
-            ``per_input=False``), a stream needs ``checkpoint``: each chunk of
-            ``checkpoint_every`` inputs is then a call of its own, read in one piece.
+            ``per_input=False``), a memory-mapped array is read whole, and a
+            Dataset needs ``checkpoint``: each chunk of ``checkpoint_every``
+            inputs is then a call of its own, read in one piece.
         return_details : bool, default=False
             Also return the per-input :class:`~smoothsk.certificates.Certificates`.
         checkpoint : str or Path, optional
@@ -677,14 +679,15 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             checkpoint = _checkpoint.check_path(checkpoint)
         if not isinstance(keep_checkpoint, bool):
             raise ValueError(f"keep_checkpoint must be a bool, got {keep_checkpoint!r}.")
-        if checkpoint is None and not _parallel.can_split(smoothing.components):
+        whole = checkpoint is None and not _parallel.can_split(smoothing.components)
+        if whole:
             components = smoothing.components
-            _inputs.refuse_streaming(X, (
+            _inputs.refuse_dataset(X, (
                 f"allocator={components.allocator!r} allocates regions over all the inputs of a call together"
                 if not components.allocator.stateless else
                 f"sigma_search={components.sigma_search!r} learns one sigma for all the inputs of a call together"),
                 checkpoint_helps=True)
-        inputs = _inputs.inputs_of(self, X)
+        inputs = _inputs.inputs_of(self, X, whole)
         root_seed = self._seed(_stages.CERTIFY_SALT)
         with tqdm(desc="certify", unit=" noisy samples", unit_scale=True, mininterval=1.0,
                   disable=not self.verbose, file=sys.stderr) as progress:

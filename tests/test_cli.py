@@ -390,20 +390,26 @@ class TestOtherInputs:
         for name in ("prediction", "radius", "sigma", "n_samples", "guarantee"):
             assert [row[name] for row in rows] == [expected[index][name] for index in order], name
 
-    def test_a_stateful_model_streams_an_npy_with_a_checkpoint_only(self, npz_data, tmp_path, capsys):
-        X, _, _, _ = npz_data
-        model, test = TestStatefulAllocator.stateful_model(npz_data, tmp_path)
-        np.save(tmp_path / "X.npy", X[:8])
-        common = ["--n", "40", "--n0", "10"]
-        assert main(["certify", str(model), str(tmp_path / "X.npy"), "--out", str(tmp_path / "c.csv"), *common]) == 2
+    def test_a_stateful_model_certifies_an_npy_whole_and_images_with_a_checkpoint_only(self, image_data, tmp_path,
+                                                                                           capsys):
+        folder, order, data, model = image_data
+        stateful = tmp_path / "stateful.safetensors"
+        SampleWiseSmoothedClassifier.load(model).set_params(allocator=OnlineBallAllocator()).save(stateful)
+        X = np.load(data)["X"]
+        np.save(tmp_path / "X.npy", X[order])  # in the folder's order
+        np.savez(tmp_path / "ordered.npz", X=X[order])
+        assert main(["certify", str(stateful), str(folder), "--out", str(tmp_path / "c.csv")]) == 2
         err = capsys.readouterr().err
         # The warning that regions are not saved, then the refusal.
         assert err.count("\n") == 2 and "allocates regions over all the inputs of a call together" in err
-        for data, out in ((test, "npz.csv"), (tmp_path / "X.npy", "npy.csv")):
-            assert main(["certify", str(model), str(data), "--out", str(tmp_path / out), "--checkpoint",
-                         str(tmp_path / "run.ckpt"), *common]) == 0
-        expected = [{key: value for key, value in row.items() if key != "y"} for row in read_csv(tmp_path / "npz.csv")]
-        assert read_csv(tmp_path / "npy.csv") == expected
+        for source, options in (("ordered.npz", []), ("X.npy", []), ("ordered.npz", ["--checkpoint", "a.ckpt"]),
+                                (folder, ["--checkpoint", "b.ckpt"])):
+            out = tmp_path / f"{Path(source).stem}-{len(options)}.csv"
+            options = [option if option.startswith("--") else str(tmp_path / option) for option in options]
+            assert main(["certify", str(stateful), str(tmp_path / source), "--out", str(out), *options]) == 0
+        radii = {name: [row["radius"] for row in read_csv(tmp_path / f"{name}.csv")]
+                 for name in ("ordered-0", "X-0", "ordered-2", "folder-2")}
+        assert radii["X-0"] == radii["ordered-0"] and radii["folder-2"] == radii["ordered-2"]
 
     @pytest.mark.parametrize("content, words", [
         (npy_bytes(np.zeros((3, 16), np.int64)), "X must be a float array of shape (n_inputs, *input_shape); got dtype "

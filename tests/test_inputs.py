@@ -144,8 +144,8 @@ class TestSameResultsAsArrays:
         np.testing.assert_array_equal(stream.predict(ItemList(list(X))), array.predict(X))
 
 
-class TestOnePassRefused:
-    """A call whose certificates depend on all its inputs together is refused a stream before anything is read."""
+class TestOnePass:
+    """A call whose certificates depend on all its inputs together reads them in one piece."""
 
     @pytest.mark.parametrize("params, method, message", [
         ({"allocator": OnlineBallAllocator()}, "certify", r"allocator=OnlineBallAllocator\(\) allocates regions"),
@@ -153,7 +153,7 @@ class TestOnePassRefused:
         ({"sigma_search": SET_LEVEL}, "predict", r"sigma_search=MultiStartFGSS\(.*\) learns one sigma for all"),
         ({"sigma_search": SET_LEVEL}, "predict_proba", r"sigma_search=MultiStartFGSS\(.*\) learns one sigma"),
     ], ids=["regions", "set-level certify", "set-level predict", "set-level predict_proba"])
-    def test_refused_before_any_read(self, make_linear_classifier, data, params, method, message):
+    def test_a_dataset_is_refused_before_any_read(self, make_linear_classifier, data, params, method, message):
         X, _ = data
         clf = make_linear_classifier(WEIGHT, sigma=0.5, n=200, n0=20, input_shape=(1, 2, 2), **params)
         dataset = ItemList(list(X))
@@ -161,14 +161,18 @@ class TestOnePassRefused:
             getattr(clf, method)(dataset)
         assert ("checkpoint=" in str(error.value)) == (method == "certify") and "\n" not in str(error.value)
         assert dataset.reads == 0
-        getattr(clf, method)(X)  # the array is certified in one pass
 
-    def test_a_memmap_too(self, make_linear_classifier, data, tmp_path):
+    @pytest.mark.usefixtures("small_chunks")
+    @pytest.mark.parametrize("params", [{"allocator": OnlineBallAllocator()}, {"sigma_search": SET_LEVEL}],
+                             ids=["regions", "set-level"])
+    def test_a_memmap_is_read_whole_as_the_array_it_is(self, make_linear_classifier, data, tmp_path, params):
+        # As joblib hands a large array to the workers of GridSearchCV(n_jobs=...): a scorer certifies it.
         X, y = data
-        clf = make_linear_classifier(WEIGHT, sigma=0.5, n=200, n0=20, input_shape=(1, 2, 2),
-                                     allocator=OnlineBallAllocator())
-        with pytest.raises(ValueError, match=r"X is a memory-mapped array, read by chunks"):
-            clf.certify(sources(X, y, tmp_path)["memmap"])
+        array, mapped = (make_linear_classifier(WEIGHT, sigma=0.5, n=200, n0=20, input_shape=(1, 2, 2), **params)
+                         for _ in range(2))
+        memmap = sources(X, y, tmp_path)["memmap"]
+        assert_same_certificates(mapped.certify(memmap, return_details=True), array.certify(X, return_details=True))
+        np.testing.assert_array_equal(mapped.predict(memmap), array.predict(X))
 
 
 def shifted(items, index, item):
