@@ -231,7 +231,7 @@ class Inputs:
         self.streamed = isinstance(source, _Stream)
         if self.streamed:
             self.n_inputs, self.input_shape = len(source), tuple(estimator.input_shape_)
-            check_input_shape(estimator, source.shape, source.name)
+            check_input_shape(estimator, source.shape)
             self.chunk_size = source.chunk_size
         else:
             self.n_inputs, self.input_shape = len(source), source.shape[1:]
@@ -288,8 +288,7 @@ class _Stream:
     Parameters
     ----------
     X : np.memmap or Dataset
-    name : str, default="X"
-        What the source is called in the messages.
+        Called ``X`` in the messages, as the estimator's argument is.
 
     Attributes
     ----------
@@ -299,11 +298,11 @@ class _Stream:
         Inputs of :data:`CHUNK_BYTES` in float32 (at least one).
     """
 
-    def __init__(self, X, name="X"):
-        self._X, self.name = X, name
+    def __init__(self, X):
+        self._X = X
         if isinstance(X, np.memmap):
             if X.ndim < 2 or len(X) == 0 or X.dtype.kind not in "biuf":
-                raise ValueError(f"{name} is a memory-mapped array of shape {X.shape} and dtype {X.dtype}; it must "
+                raise ValueError(f"X is a memory-mapped array of shape {X.shape} and dtype {X.dtype}; it must "
                                  "hold real numbers, inputs of shape (n_inputs, *input_shape) with n_inputs >= 1.")
             self.shape = X.shape
         else:
@@ -312,12 +311,12 @@ class _Stream:
 
     def _dataset_shape(self):
         """(n_inputs, *shape) of a Dataset from its first item, whose label (or none) the other items must match."""
-        X, name = self._X, self.name
+        X = self._X
         if isinstance(X, IterableDataset):
-            raise ValueError(f"{name} is an IterableDataset; certify and predict read map-style Datasets (items by "
+            raise ValueError("X is an IterableDataset; certify and predict read map-style Datasets (items by "
                              "index, with __len__): wrap it, or pass the inputs as an array.")
         if len(X) == 0:
-            raise ValueError(f"{name} is an empty Dataset; certify and predict need at least one input.")
+            raise ValueError("X is an empty Dataset; certify and predict need at least one input.")
         first, self._first_label = self.item(0, first=True)
         return (len(X),) + first.shape
 
@@ -350,9 +349,9 @@ class _Stream:
         """Input ``index``, named for a message (with the file a memory-mapped array maps)."""
         if isinstance(self._X, np.memmap):
             filename = getattr(self._X, "filename", None)
-            return f"{self.name}[{index}] (row {index} of the memory-mapped array {self.name}" + (
+            return f"X[{index}] (row {index} of the memory-mapped array X" + (
                 f", file {filename})" if filename else ")")
-        return f"{self.name}[{index}] (item {index} of the Dataset {self.name})"
+        return f"X[{index}] (item {index} of the Dataset X)"
 
     def item(self, index, first=False):
         """Item ``index`` of a Dataset as ``(input, label)``, checked against the first item.
@@ -395,7 +394,7 @@ class _Stream:
             raise ValueError(f"{where} has the label {label!r}; a label must be an int, a bool or a string.")
         if not first and (x.shape != self.shape[1:] or (label is None) != (self._first_label is None)):
             raise ValueError(f"{where} is {self._describe(x.shape, label)}, but item 0 is "
-                             f"{self._describe(self.shape[1:], self._first_label)}: every item of {self.name} "
+                             f"{self._describe(self.shape[1:], self._first_label)}: every item of X "
                              "must be alike.")
         return x, label
 

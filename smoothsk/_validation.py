@@ -50,7 +50,7 @@ def check_inputs(estimator, X, reset):
     return np.ascontiguousarray(X.reshape(check_input_shape(estimator, X.shape)))
 
 
-def check_input_shape(estimator, shape, name="X"):
+def check_input_shape(estimator, shape):
     """The shape inputs of shape ``shape`` take for a fitted estimator (flat inputs reshaped), or a ``ValueError``.
 
     Parameters
@@ -59,8 +59,6 @@ def check_input_shape(estimator, shape, name="X"):
         Fitted (its ``input_shape_``).
     shape : tuple of int
         Shape of all the inputs, ``(n_inputs, *input_shape)`` or ``(n_inputs, n_features)``.
-    name : str, default="X"
-        What the inputs are called in the messages.
 
     Returns
     -------
@@ -68,19 +66,19 @@ def check_input_shape(estimator, shape, name="X"):
         ``(n_inputs, *input_shape_)``.
     """
     check_is_fitted(estimator, "input_shape_")
-    input_shape, estimator_name = estimator.input_shape_, type(estimator).__name__
+    input_shape, name = estimator.input_shape_, type(estimator).__name__
     if shape == input_shape:
         raise ValueError(
-            f"{name} has shape {shape}, the shape of one input: {name} needs a leading batch axis, "
-            f"shape (n_inputs, {', '.join(map(str, input_shape))}) (e.g. {name}[None]).")
+            f"X has shape {shape}, the shape of one input: X needs a leading batch axis, "
+            f"shape (n_inputs, {', '.join(map(str, input_shape))}) (e.g. X[None]).")
     n_features = int(np.prod(shape[1:]))
     if n_features != estimator.n_features_in_:
         raise ValueError(
-            f"{name} has {n_features} features, but {estimator_name} is expecting "
+            f"X has {n_features} features, but {name} is expecting "
             f"{estimator.n_features_in_} features as input (inputs of shape {input_shape}).")
     if shape[1:] != input_shape and len(shape) != 2:  # flat inputs of the right size are reshaped
         raise ValueError(
-            f"{name} has inputs of shape {shape[1:]}, but {estimator_name} was fitted "
+            f"X has inputs of shape {shape[1:]}, but {name} was fitted "
             f"on inputs of shape {input_shape}.")
     return (shape[0],) + tuple(input_shape)
 

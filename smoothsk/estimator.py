@@ -319,10 +319,10 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         **params)``, its bookkeeping done by :meth:`partial_fit` on one zero
         input with ``classes`` (no epoch runs: ``Pretrained`` trains nothing).
         The module's weights and buffers stay bit-identical, here and in every
-        later ``certify`` or ``predict``. The module runs once on a zero input
-        of ``input_shape`` (in eval mode, without gradients) to read its
-        logit width, before any other work; any problem is one ``ValueError``
-        naming the argument.
+        later ``certify`` or ``predict``. The module first runs on a zero
+        input of ``input_shape`` (in eval mode, without gradients) to read its
+        logit width, before any other work (``partial_fit`` then checks its
+        output once more); any problem is one ``ValueError`` naming the argument.
 
         Certificates are about ``g`` at ``sigma`` with the default search
         (``FixedSigma(sigma)``, Cohen et al.'s smoothed classifier of the
