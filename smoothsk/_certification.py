@@ -136,21 +136,24 @@ def guarantee(components):
     return components.allocator.guarantee
 
 
-def certify_rows(smoothing, X, rows, root_seed, regions, progress=None):
-    """Certify ``X[rows]`` against (and extending) the region store ``regions``.
+def certify_rows(smoothing, inputs, start, stop, root_seed, regions, progress=None):
+    """Certify the inputs of rows ``start`` to ``stop`` against (and extending) the region store ``regions``.
 
-    A chunk gets the noise it would get in a one-shot run. With ``n_jobs``
-    and a stateless allocator, chunks of the rows are certified by joblib
-    workers (see :mod:`smoothsk._parallel`), each with a one-worker engine
-    (no nested parallelism); a stateful allocator or a set-level search keeps
-    its one pass here.
+    A chunk gets the noise it would get in a one-shot run. Where the
+    certificates of a chunk do not depend on the other inputs (a stateless
+    allocator and a per-input sigma search, :func:`smoothsk._parallel.can_split`)
+    the rows are read and certified chunk by chunk (:meth:`Inputs.chunks
+    <smoothsk._inputs.Inputs.chunks>`: one chunk for an array, bounded ones
+    for a stream), each split over joblib workers with ``n_jobs`` (see
+    :mod:`smoothsk._parallel`), each worker with a one-worker engine (no
+    nested parallelism); otherwise they are read and certified in one pass here.
 
     Parameters
     ----------
     smoothing : Smoothing
-    X : ndarray of float32, shape (n_inputs, *input_shape)
-    rows : ndarray of int, shape (n_rows,)
-        The rows of ``X`` to certify.
+    inputs : smoothsk._inputs.Inputs
+    start, stop : int
+        The rows to certify, ``0 <= start < stop <= inputs.n_inputs``.
     root_seed : int
         Root seed of the Monte Carlo noise.
     regions : RegionStore
@@ -164,11 +167,18 @@ def certify_rows(smoothing, X, rows, root_seed, regions, progress=None):
         with a certified sigma function).
     """
     smoothing.check_regions(regions)
-    if _parallel.can_split(smoothing.components) and _parallel.n_chunks(len(rows), smoothing.n_jobs) > 1:
-        certify_chunk = functools.partial(_certify_chunk, smoothing, root_seed=root_seed, progress=None,
-                                          regions=regions, one_worker=True)
-        return _parallel.certify_in_parallel(certify_chunk, X[rows], smoothing.n_jobs, progress)
-    return _certify_chunk(smoothing, X[rows], root_seed, progress, regions)
+    if not _parallel.can_split(smoothing.components):
+        return _certify_chunk(smoothing, inputs.read(start, stop), root_seed, progress, regions)
+    parts = []
+    for begin, end in inputs.chunks(start, stop):
+        X_chunk = inputs.read(begin, end)
+        if _parallel.n_chunks(len(X_chunk), smoothing.n_jobs) > 1:
+            certify_chunk = functools.partial(_certify_chunk, smoothing, root_seed=root_seed, progress=None,
+                                              regions=regions, one_worker=True)
+            parts.append(_parallel.certify_in_parallel(certify_chunk, X_chunk, smoothing.n_jobs, progress))
+        else:
+            parts.append(_certify_chunk(smoothing, X_chunk, root_seed, progress, regions))
+    return Certificates.concatenate(parts)
 
 
 def _certify_chunk(smoothing, X_chunk, root_seed, progress, regions, one_worker=False):

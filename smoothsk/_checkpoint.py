@@ -143,18 +143,23 @@ def _hash_arrays(named_arrays):
     return digest.hexdigest()
 
 
-def inputs_digest(X):
-    """Digest of the inputs of a run.
+def inputs_digest(inputs):
+    """Digest of the inputs of a run, read chunk by chunk (the digest of the array they make).
 
     Parameters
     ----------
-    X : ndarray of float32, shape (n_inputs, *input_shape)
+    inputs : smoothsk._inputs.Inputs
 
     Returns
     -------
     str
+        ``_hash_arrays([("X", X)])`` of the float32 array ``X`` of every input.
     """
-    return _hash_arrays([("X", X)])
+    digest = hashlib.sha256()
+    digest.update(json.dumps(["X", np.dtype(np.float32).str, (inputs.n_inputs, *inputs.input_shape)]).encode())
+    for begin, end in inputs.chunks(0, inputs.n_inputs):
+        digest.update(inputs.read(begin, end).reshape(-1).view(np.uint8))
+    return digest.hexdigest()
 
 
 def weights_digest(module, classes):
@@ -194,8 +199,8 @@ def parameters_digest(params):
     return hashlib.sha256(json.dumps(digests).encode()).hexdigest()
 
 
-def run_fingerprint(estimator, X):
-    """Fingerprint digests of a ``certify`` run on ``X`` (the ``parts`` of :func:`certify_in_chunks`).
+def run_fingerprint(estimator, inputs):
+    """Fingerprint digests of a ``certify`` run on ``inputs`` (the ``parts`` of :func:`certify_in_chunks`).
 
     A ``random_state`` that is a RandomState instance is recorded as such,
     not by its state: a run's noise comes from the root seed recorded in the
@@ -206,7 +211,7 @@ def run_fingerprint(estimator, X):
     ----------
     estimator : SampleWiseSmoothedClassifier
         Fitted.
-    X : ndarray of float32, shape (n_inputs, *input_shape)
+    inputs : smoothsk._inputs.Inputs
 
     Returns
     -------
@@ -220,7 +225,7 @@ def run_fingerprint(estimator, X):
         # As with None, a run's noise comes from the root seed drawn once and recorded in the checkpoint: the
         # instance's state, which each use advances, is not part of the run.
         params["random_state"] = "a numpy RandomState instance"
-    return {"inputs": inputs_digest(X),
+    return {"inputs": inputs_digest(inputs),
             "parameters": parameters_digest(params),
             "weights": weights_digest(estimator.module_, estimator.classes_),
             "sigma function": parameters_digest({"sigma_search_": getattr(estimator, "sigma_search_", None)})}
@@ -397,10 +402,11 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     Parameters
     ----------
     certify_rows : callable
-        ``certify_rows(rows, root_seed, store) -> Certificates`` certifies the
-        inputs ``rows`` (ndarray of int) with Monte Carlo noise from
-        ``root_seed`` against the region store ``store``, which it may extend.
-        A chunk must get the certificates it would get in a one-shot run.
+        ``certify_rows(start, stop, root_seed, store) -> Certificates``
+        certifies the inputs of rows ``start`` to ``stop`` with Monte Carlo
+        noise from ``root_seed`` against the region store ``store``, which it
+        may extend. A chunk must get the certificates it would get in a
+        one-shot run.
     n_inputs : int
         Number of inputs of the run.
     path : Path
@@ -460,9 +466,8 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
                   "regions_start": store.digest(), "regions_done": store.digest()}
         done = None
     for start in range(header["chunks_done"] * every, n_inputs, every):
-        rows = np.arange(start, min(start + every, n_inputs))
         extended = copy.deepcopy(store)
-        chunk = certify_rows(rows, header["root_seed"], extended)
+        chunk = certify_rows(start, min(start + every, n_inputs), header["root_seed"], extended)
         done = {name: getattr(chunk, name) if done is None else np.concatenate([done[name], getattr(chunk, name)])
                 for name in _CERTIFICATE_FIELDS}
         header = {**header, "chunks_done": header["chunks_done"] + 1, "regions_done": extended.digest(),

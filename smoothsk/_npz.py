@@ -1,4 +1,4 @@
-"""Reading ``.npz`` archives that may be hostile: every size is checked before a byte of data is read.
+"""Reading ``.npz`` archives and ``.npy`` files that may be hostile: every size is checked before any data is read.
 
 ``np.load`` trusts the file: it allocates whatever shape a member's ``.npy``
 header declares, and a small deflated member may inflate a thousandfold (a
@@ -19,19 +19,26 @@ A read therefore takes at most ``max_bytes`` of memory, and without that
 limit at most :data:`MAX_COMPRESSION_RATIO` times the file's size. Every
 problem is a one-line ``ValueError`` naming the array and what is wrong;
 the caller names the file.
+
+A single ``.npy`` file is memory-mapped by :func:`memory_map_npy`, read-only,
+once its header passes the same checks (version, length, no Python objects)
+and declares exactly the bytes the file holds after it: mapping allocates
+nothing, and each page is read from the file when the array's values are.
 """
 
 import lzma
 import math
 import os
 import reprlib
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ArrayHeader", "NpzArchive", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES", "SMALL_MEMBER_BYTES"]
+__all__ = ["ArrayHeader", "NpzArchive", "memory_map_npy", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES",
+           "SMALL_MEMBER_BYTES"]
 
 #: Largest ratio of a member's uncompressed to compressed size that is read. Data sets that
 #: ``np.savez_compressed`` writes stay well below it (deflate reaches about 1000 only on runs of one byte,
@@ -212,13 +219,10 @@ class NpzArchive:
         """Parse and check the ``.npy`` header at the start of ``member`` (entry ``info``)."""
         name = info.filename.removesuffix(".npy")
         try:
-            version = np.lib.format.read_magic(member)
-            if version not in _HEADER_READERS:
-                raise ValueError(f".npy format version {version}, which is not read")
-            shape, fortran_order, dtype = _HEADER_READERS[version](member, max_header_size=MAX_NPY_HEADER_BYTES)
-        except (ValueError, TypeError, SyntaxError, RecursionError) as error:
-            raise ValueError(f"array {name!r} has no valid .npy header ({' '.join(str(error).split())})") from error
-        header = ArrayHeader(tuple(shape), dtype, bool(fortran_order))
+            header = _read_npy_header(member)
+        except ValueError as error:
+            raise ValueError(f"array {name!r} has {error}") from error
+        shape, dtype = header.shape, header.dtype
         if dtype.hasobject:
             raise ValueError(f"array {name!r} holds Python objects ({header}), which smoothsk never loads (unpickling "
                              f"runs code); save numeric or string arrays")
@@ -245,3 +249,62 @@ class NpzArchive:
             target[filled:filled + len(chunk)] = chunk
             filled += len(chunk)
         return flat.reshape(header.shape, order="F" if header.fortran_order else "C")
+
+
+def memory_map_npy(path):
+    """The array of the ``.npy`` file ``path``, memory-mapped read-only once its header is checked.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    np.memmap
+        Of the declared shape, dtype and order; nothing is read until its values are.
+
+    Raises
+    ------
+    ValueError
+        One line saying what is wrong (the caller names the file): it cannot be
+        opened, is not an ``.npy`` file of format version 1 or 2, has a header
+        longer than :data:`MAX_NPY_HEADER_BYTES` or declaring Python objects,
+        declares other than the bytes that follow the header (or none), or
+        changed between the check and the mapping.
+    """
+    try:
+        with open(path, "rb") as file:
+            magic = file.read(len(_NPY_MAGIC))
+            file.seek(0)
+            header = _read_npy_header(file) if magic == _NPY_MAGIC else None
+            held = os.fstat(file.fileno()).st_size - file.tell()
+    except OSError as error:
+        raise ValueError(f"it cannot be read ({error.strerror or error})") from error
+    if header is None:
+        raise ValueError("not an .npy file (no .npy magic string)")
+    if header.dtype.hasobject:
+        raise ValueError(f"it holds Python objects ({header}), which smoothsk never loads (unpickling runs code); "
+                         "save numeric arrays")
+    if header.dtype.itemsize == 0 or min(header.shape, default=0) < 0 or header.nbytes != held:
+        raise ValueError(f"it declares {header.nbytes} bytes ({header}) but holds {held} after its header")
+    if header.nbytes == 0:
+        raise ValueError(f"it holds no values ({header})")
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"it cannot be memory-mapped ({' '.join(str(error).split())})") from error
+    if array.shape != header.shape or array.dtype != header.dtype:
+        raise ValueError(f"it changed while it was read (now {ArrayHeader(array.shape, array.dtype, False)})")
+    return array
+
+
+def _read_npy_header(file):
+    """What the ``.npy`` header at the start of ``file`` declares (of format version 1 or 2, not too long)."""
+    try:
+        version = np.lib.format.read_magic(file)
+        if version not in _HEADER_READERS:
+            raise ValueError(f".npy format version {version}, which is not read")
+        shape, fortran_order, dtype = _HEADER_READERS[version](file, max_header_size=MAX_NPY_HEADER_BYTES)
+    except (ValueError, TypeError, SyntaxError, RecursionError, tokenize.TokenError) as error:
+        raise ValueError(f"no valid .npy header ({' '.join(str(error).split())})") from error
+    return ArrayHeader(tuple(shape), dtype, bool(fortran_order))

@@ -1,5 +1,6 @@
 """The estimator's checks of its inputs, labels, parameters, device and module, and its label encoding."""
 
+import reprlib
 import warnings
 from numbers import Integral, Real
 
@@ -46,25 +47,40 @@ def check_inputs(estimator, X, reset):
                     ensure_min_samples=1, estimator=estimator, input_name="X")
     if reset:
         return np.ascontiguousarray(X)
+    return np.ascontiguousarray(X.reshape(check_input_shape(estimator, X.shape)))
+
+
+def check_input_shape(estimator, shape):
+    """The shape inputs of shape ``shape`` take for a fitted estimator (flat inputs reshaped), or a ``ValueError``.
+
+    Parameters
+    ----------
+    estimator : SampleWiseSmoothedClassifier
+        Fitted (its ``input_shape_``).
+    shape : tuple of int
+        Shape of all the inputs, ``(n_inputs, *input_shape)`` or ``(n_inputs, n_features)``.
+
+    Returns
+    -------
+    shape : tuple of int
+        ``(n_inputs, *input_shape_)``.
+    """
     check_is_fitted(estimator, "input_shape_")
     input_shape, name = estimator.input_shape_, type(estimator).__name__
-    if X.shape == input_shape:
+    if shape == input_shape:
         raise ValueError(
-            f"X has shape {X.shape}, the shape of one input: X needs a leading batch axis, "
+            f"X has shape {shape}, the shape of one input: X needs a leading batch axis, "
             f"shape (n_inputs, {', '.join(map(str, input_shape))}) (e.g. X[None]).")
-    n_features = int(np.prod(X.shape[1:]))
+    n_features = int(np.prod(shape[1:]))
     if n_features != estimator.n_features_in_:
         raise ValueError(
             f"X has {n_features} features, but {name} is expecting "
             f"{estimator.n_features_in_} features as input (inputs of shape {input_shape}).")
-    if X.shape[1:] != input_shape:
-        if X.ndim == 2:  # flat inputs of the right size are reshaped
-            X = X.reshape((-1,) + input_shape)
-        else:
-            raise ValueError(
-                f"X has inputs of shape {X.shape[1:]}, but {name} was fitted "
-                f"on inputs of shape {input_shape}.")
-    return np.ascontiguousarray(X)
+    if shape[1:] != input_shape and len(shape) != 2:  # flat inputs of the right size are reshaped
+        raise ValueError(
+            f"X has inputs of shape {shape[1:]}, but {name} was fitted "
+            f"on inputs of shape {input_shape}.")
+    return (shape[0],) + tuple(input_shape)
 
 
 def check_training_data(estimator, X, y, reset):
@@ -320,14 +336,8 @@ def check_module_output(module, X, n_classes, device):
     n_classes : int
     device : str, torch.device or None
     """
-    probe = torch.from_numpy(X[:1]).to(device)
     try:
-        with evaluating(module), torch.no_grad():
-            if takes_noise_level(module):  # every expert, one input at each of its levels
-                logits = module(probe.expand(len(module.levels), *probe.shape[1:]),
-                                torch.tensor(module.levels, device=probe.device))[:1]
-            else:
-                logits = module(probe)
+        logits = _logits_of_one(module, torch.from_numpy(X[:1]).to(device))
     except Exception as error:
         raise ValueError(
             f"The module {type(module).__name__} rejected one input of shape {(1,) + X.shape[1:]} "
@@ -340,6 +350,100 @@ def check_module_output(module, X, n_classes, device):
             f"The module {type(module).__name__} must return logits of shape {expected} for one input "
             f"({expected[1]} classes in y), found {found}: its number of outputs must equal the "
             f"number of classes (module__n_classes, or a module class taking n_classes).")
+
+
+def _logits_of_one(module, probe):
+    """The module's output for the one input ``probe`` (shape (1, *input_shape)), in eval mode, without gradients.
+
+    The module is left in the mode it was in; a module of experts runs every
+    expert (the input at each of its levels) and answers with the first.
+    """
+    with evaluating(module), torch.no_grad():
+        if takes_noise_level(module):  # every expert, one input at each of its levels
+            return module(probe.expand(len(module.levels), *probe.shape[1:]),
+                          torch.tensor(module.levels, device=probe.device))[:1]
+        return module(probe)
+
+
+def check_prefit(estimator, input_shape, classes):
+    """Every check of ``from_module`` before its bookkeeping: a trained module, an input shape, its classes.
+
+    The components are validated and a certified sigma function, which needs
+    data to be fitted, is refused first; then the module runs once on a zero
+    input of ``input_shape`` (in eval mode, without gradients, on the device
+    of its weights: no weight or buffer changes) and its logit width is
+    compared with ``classes``.
+
+    Parameters
+    ----------
+    estimator : SampleWiseSmoothedClassifier
+        Unfitted, with ``training=Pretrained(...)`` and the trained module instance as ``module``.
+    input_shape : tuple of int
+        Shape of one input.
+    classes : array-like, shape (n_classes,), or None
+        The label of each logit, in order; None means ``range(n_outputs)``.
+
+    Returns
+    -------
+    probe : ndarray of float32, shape (1, *input_shape)
+        The zero input.
+    classes : ndarray, shape (n_classes,)
+
+    Raises
+    ------
+    ValueError
+        One line naming the argument: a parameter, a certified sigma function,
+        a module that is not an instance, an ``input_shape`` that is not one or
+        that the module rejects, a module that does not return logits of one
+        row, ``classes`` that are not as many as the logits, not distinct or
+        not in ascending order.
+    """
+    components = smoothing_components(estimator)
+    if isinstance(components.sigma_search, BaseCertifiedSigma):
+        raise ValueError(
+            f"sigma_search={type(components.sigma_search).__name__}(...) is a certified sigma function, which is "
+            "fitted on data, and from_module has none: fit it with SampleWiseSmoothedClassifier(module, "
+            "training=Pretrained(sigma), sigma_search=...).fit(X, y), which trains no weight either.")
+    check_device_available(estimator.device)
+    module = estimator.module
+    if not isinstance(module, torch.nn.Module):
+        raise ValueError(f"from_module certifies a trained network as it is: module must be a torch.nn.Module "
+                         f"instance, not {module!r}.")
+    if (not isinstance(input_shape, (tuple, list)) or not input_shape
+            or not all(isinstance(size, Integral) and not isinstance(size, bool) and size >= 1
+                       for size in input_shape)):
+        raise ValueError(f"input_shape must be the shape of one input, a tuple of positive ints such as (3, 32, 32); "
+                         f"got {input_shape!r}.")
+    input_shape = tuple(int(size) for size in input_shape)
+    weight = next(iter(module.state_dict().values()), None)
+    probe = np.zeros((1,) + input_shape, dtype=np.float32)
+    try:
+        logits = _logits_of_one(module, torch.from_numpy(probe).to(weight.device if weight is not None else "cpu"))
+    except Exception as error:
+        raise ValueError(f"input_shape={input_shape} does not fit the module {type(module).__name__}: it rejected a "
+                         f"zero input of shape {probe.shape} ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())}).") from error
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or len(logits) != 1:
+        found = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"The module {type(module).__name__} must return logits of shape (1, n_classes) for one "
+                         f"input of input_shape={input_shape}, found {found}.")
+    n_outputs = logits.shape[1]
+    if n_outputs < 2:
+        raise ValueError(f"The module {type(module).__name__} returns {n_outputs} logit for an input of "
+                         f"input_shape={input_shape}; a classifier needs one logit per class, at least 2.")
+    if classes is None:
+        return probe, np.arange(n_outputs)
+    given = np.asarray(classes)
+    if given.ndim != 1:
+        raise ValueError(f"classes must be the label of each logit, a 1-d array; got shape {given.shape}.")
+    if len(given) != n_outputs:
+        raise ValueError(f"classes has {len(given)} labels, but the module {type(module).__name__} returns "
+                         f"{n_outputs} logits for an input of input_shape={input_shape}: give one label per logit.")
+    if not np.array_equal(np.unique(given), given):
+        raise ValueError(f"classes must be distinct and in ascending order (logit i is classes_[i], sorted as "
+                         f"scikit-learn sorts classes_); got {reprlib.repr(given.tolist())}: relabel them, or "
+                         "reorder the module's logits.")
+    return probe, check_classes(given, "classes")
 
 
 def check_levels_served(module, sigma_search, levels):

@@ -1,13 +1,15 @@
 """The ``smoothsk`` command line.
 
 ``smoothsk demo`` runs the main job on the bundled digits; ``smoothsk fit`` and
-``smoothsk certify`` train and certify on your own ``.npz`` data without
-writing Python.
+``smoothsk certify`` train and certify on your own data (``.npz``; ``certify``
+also reads a memory-mapped ``.npy`` and a folder of images, by chunks)
+without writing Python.
 """
 
 import argparse
 import csv
 import math
+import os
 import reprlib
 import sys
 import time
@@ -20,8 +22,9 @@ from . import ABSTAIN, SampleWiseSmoothedClassifier
 from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
+from ._image_folder import ImageFolder
 from ._model_file import MIN_KEY_BYTES
-from ._npz import NpzArchive
+from ._npz import NpzArchive, memory_map_npy
 from ._params import Components
 from ._presets import MODULES, PRESETS, TRAINING_SETTINGS, fixed_sigma_preset, preset_params
 from ._validation import check_device_available, correct_predictions
@@ -114,6 +117,80 @@ def read_npz(path, require_y):
         if len(y) != len(X):
             raise InputFileError(f"{path}: X has {len(X)} inputs but y has {len(y)} labels.")
     return X, y
+
+
+def read_npy(path):
+    """The inputs ``X`` of an ``.npy`` file, which may be hostile, memory-mapped (read by chunks when certified).
+
+    The header is checked before the file is mapped (:func:`smoothsk._npz.memory_map_npy`):
+    nothing is allocated for the data, which is read from the file as it is certified.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    X : np.memmap, shape (n_inputs, *input_shape)
+        Of floats, read-only.
+
+    Raises
+    ------
+    InputFileError
+        Naming ``path``: an ``.npy`` header it refuses, or ``X`` not floats
+        of shape (n_inputs, *input_shape).
+    """
+    try:
+        X = memory_map_npy(path)
+    except ValueError as exc:
+        raise InputFileError(f"{path}: not a readable .npy file ({exc}); write it with np.save(path, X).") from exc
+    if X.dtype.kind != "f" or X.ndim < 2:
+        raise InputFileError(f"{path}: X must be a float array of shape (n_inputs, *input_shape); got dtype {X.dtype} "
+                             f"and shape {X.shape} (convert it, e.g. X.astype('float32') / 255 for 8-bit images).")
+    return X
+
+
+def read_certify_data(path, input_shape):
+    """The inputs and labels ``smoothsk certify`` reads from ``path``: an ``.npz``, an ``.npy`` or a folder of images.
+
+    Parameters
+    ----------
+    path : str
+        A folder of class folders of PNG or JPEG images
+        (:class:`smoothsk._image_folder.ImageFolder`, labels from the
+        folders' names), an ``.npy`` file (by its content: inputs only,
+        memory-mapped, :func:`read_npy`), or else an ``.npz`` file (arrays
+        ``X`` and optionally ``y``, :func:`read_npz`).
+    input_shape : tuple of int
+        The model's input shape: an image must have its size.
+
+    Returns
+    -------
+    X : ndarray, np.memmap or ImageFolder
+        The inputs; the last two are read by chunks when certified.
+    y : ndarray, shape (n_inputs,), or None
+        The labels, where the data has them.
+
+    Raises
+    ------
+    InputFileError
+        Naming the file or folder and what is wrong; an image is checked
+        when it is read, before any sampling (a ``ValueError`` naming it).
+    """
+    if os.path.isdir(path):
+        try:
+            images = ImageFolder(path, input_shape)
+        except ValueError as exc:
+            raise InputFileError(str(exc)) from exc
+        return images, images.labels
+    try:
+        with open(path, "rb") as file:
+            magic = file.read(6)
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
+    if magic == b"\x93NUMPY":
+        return read_npy(path), None
+    return read_npz(path, require_y=False)
 
 
 def check_output(path, option="--out", stream_hint=""):
@@ -470,7 +547,7 @@ def print_summary(y, prediction, radius, seconds, data, file):
 
 
 def run_certify(args):
-    """``smoothsk certify``: certify every input of an ``.npz`` with a saved model, write a CSV.
+    """``smoothsk certify``: certify every input of the data (:func:`read_certify_data`) with a model, write a CSV.
 
     With ``--save-model``, also write the model as certified: a stateful
     allocator's certificates are about its region classifier, whose regions
@@ -497,7 +574,7 @@ def run_certify(args):
         normalize_loaded(clf, args, statistics)
     unchanged = {"n_jobs": clf.n_jobs, "verbose": clf.verbose}  # --save-model keeps the model's own
     sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
-    X, y = read_npz(args.data, require_y=False)
+    X, y = read_certify_data(args.data, clf.input_shape_)
     if tuple(X.shape[1:]) != tuple(clf.input_shape_):
         raise InputFileError(f"{args.data}: inputs of shape {X.shape[1:]}, but the model {args.model} was trained "
                              f"on inputs of shape {tuple(clf.input_shape_)}.")
@@ -603,9 +680,12 @@ def build_parser():
     fit.add_argument("-v", "--verbose", action="store_true", help="print skorch's epoch table")
 
     cert = commands.add_parser("certify", parents=[common],
-                               help="certify every input of an .npz with a model file, write a CSV")
+                               help="certify every input of an .npz, .npy or image folder with a model file, write "
+                                    "a CSV")
     cert.add_argument("model", help="model file written by 'smoothsk fit' (or SampleWiseSmoothedClassifier.save)")
-    cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV)")
+    cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV), .npy "
+                                   "file of inputs (memory-mapped), or folder of PNG/JPEG images in one folder per "
+                                   "class (the labels), each the model's size, read as floats in [0, 1]")
     cert.add_argument("--out", required=True, help="CSV to write: index, prediction, radius, sigma, n_samples, "
                                                    "guarantee (and, with labels, y and correct: 1 where the "
                                                    "prediction is y); '-' streams it to standard output (the "

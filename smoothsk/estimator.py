@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
 from tqdm.auto import tqdm
 
-from . import _certification, _checkpoint, _params, _stages, _validation
+from . import _certification, _checkpoint, _inputs, _parallel, _params, _stages, _validation
 from ._persistence import load_estimator, save_estimator
 from ._training_steps import NoisyTrainingSteps
 from .certificates import ABSTAIN
@@ -31,6 +31,7 @@ from .experts import materialize
 from .regions import RegionStore
 from .sigma import BaseCertifiedSigma, SigmaFitContext
 from .statistics import top_two_test
+from .training import Pretrained
 
 __all__ = ["SampleWiseSmoothedClassifier"]
 
@@ -309,6 +310,86 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         """
         return self._fit(X, y, reset=not self.initialized_, classes=classes, **fit_params)
 
+    @classmethod
+    def from_module(cls, module, *, input_shape, sigma=0.25, classes=None, **params):
+        """A fitted estimator that smooths and certifies a trained module as it is, without data.
+
+        scikit-learn's ``cv="prefit"`` (or ``FrozenEstimator``) for smoothing:
+        ``SampleWiseSmoothedClassifier(module, training=Pretrained(sigma),
+        **params)``, its bookkeeping done by :meth:`partial_fit` on one zero
+        input with ``classes`` (no epoch runs: ``Pretrained`` trains nothing).
+        The module's weights and buffers stay bit-identical, here and in every
+        later ``certify`` or ``predict``. The module first runs on a zero
+        input of ``input_shape`` (in eval mode, without gradients) to read its
+        logit width, before any other work (``partial_fit`` then checks its
+        output once more); any problem is one ``ValueError`` naming the argument.
+
+        Certificates are about ``g`` at ``sigma`` with the default search
+        (``FixedSigma(sigma)``, Cohen et al.'s smoothed classifier of the
+        module), or as the ``sigma_search`` and ``allocator`` passed in
+        ``params`` say (``details.guarantee``). A certified sigma function
+        (``CertifiedSigmaSelector``, ``SemiElasticSigma``) is fitted on data,
+        so it is refused here: pass it to
+        ``SampleWiseSmoothedClassifier(module, training=Pretrained(sigma),
+        sigma_search=...)`` and call ``fit(X, y)``, which trains no weight either.
+
+        The estimator is an ordinary fitted one: ``save``/``load`` (a module
+        instance is saved by its class, so ``load(path, module=...)`` needs
+        the architecture again unless the module gives its
+        ``constructor_params()``), ``n_jobs``, ``checkpoint=`` and Pipelines
+        work as after ``fit``, and a later ``fit(X, y)`` learns the classes
+        and input shape from data instead.
+
+        Parameters
+        ----------
+        module : torch.nn.Module instance
+            The trained base classifier, returning logits (n, n_classes) for
+            inputs (n, *input_shape), normalisation inside it. It becomes
+            ``module_`` itself (moved to ``device`` if it is elsewhere), not a copy.
+        input_shape : tuple of int
+            Shape of one input, in the module's input space (noise is added there).
+        sigma : float, default=0.25
+            The noise level the module was trained for (``Pretrained(sigma)``).
+        classes : array-like, shape (n_classes,), optional
+            The label of logit i at position i, in ascending order (scikit-learn
+            keeps ``classes_`` sorted); default ``range(n_outputs)``, the
+            module's logit width.
+        **params
+            Any other parameter of the estimator (``sampler``, ``alpha``,
+            ``sigma_search``, ``n_jobs``, ``device``, ``random_state``, ...);
+            not ``training`` (it is ``Pretrained(sigma)``) nor ``module__*``
+            (which would build a new, untrained module).
+
+        Returns
+        -------
+        SampleWiseSmoothedClassifier
+            Fitted: ``classes_``, ``input_shape_``, ``module_`` (the given
+            module), an empty ``history`` and no ``train_sigmas_``.
+
+        Raises
+        ------
+        TypeError
+            If ``params`` holds ``training`` or a ``module__*`` parameter.
+        ValueError
+            Before any sampling, naming the argument: see
+            :func:`smoothsk._validation.check_prefit`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))  # trained elsewhere
+        >>> clf = SampleWiseSmoothedClassifier.from_module(module, input_shape=(1, 8, 8), sigma=0.25)
+        >>> clf.classes_.tolist(), clf.input_shape_
+        ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], (1, 8, 8))
+        """
+        refused = sorted(name for name in params if name == "training" or name.startswith("module__"))
+        if refused:
+            raise TypeError(f"from_module takes no {', '.join(refused)}: the schedule is Pretrained(sigma), and "
+                            "module__* parameters would build a new, untrained module.")
+        estimator = cls(module, training=Pretrained(sigma=sigma), **params)
+        probe, classes = _validation.check_prefit(estimator, input_shape, classes)
+        return estimator.partial_fit(probe, classes[:1], classes=classes)
+
     def _fit(self, X, y, reset, classes=None, **fit_params):
         components, X, y_index, classes = _validation.check_fit(self, X, y, reset, classes, fit_params)
         fitted, history = dict(vars(self)), list(getattr(self, "history_", None) or [])
@@ -437,15 +518,33 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
                                         sigma_function, self.alpha, self.certify_batch_size, self.device, self.n_jobs,
                                         self.certify_autocast, self.certify_memory_format)
 
-    def _predict_checked(self, X):
-        """:meth:`predict` on inputs ``X`` already checked (float32 ndarray)."""
+    def _per_chunk(self, inputs, work):
+        """``work(smoothing, X_chunk)`` on each chunk of ``inputs`` (one for an array), in order.
+
+        The prediction of each input depends on that input alone, unless the
+        sigma search learns one sigma for the whole set, which needs every
+        input at once: :meth:`_inputs_for_prediction` then reads them in one piece.
+        """
         smoothing = self._smoothing()
+        return [work(smoothing, inputs.read(begin, end)) for begin, end in inputs.chunks(0, inputs.n_inputs)]
+
+    def _inputs_for_prediction(self, X):
+        """The checked inputs of ``predict``, ``predict_proba`` or ``score`` (:func:`smoothsk._inputs.inputs_of`)."""
+        self.check_is_fitted()
+        sigma_search = _params.Components.of(self).sigma_search
+        whole = not getattr(sigma_search, "per_input", True)  # a search without the attribute: refused by its check
+        if whole:
+            _inputs.refuse_dataset(X, f"sigma_search={sigma_search!r} learns one sigma for all the inputs of a call "
+                                      "together", checkpoint_helps=False)
+        return _inputs.inputs_of(self, X, whole)
+
+    def _predict_chunk(self, smoothing, X):
+        """:meth:`predict`'s class indices (``ABSTAIN`` kept) for checked inputs ``X`` (float32 ndarray)."""
         counts, _, abstain, alpha = _certification.prediction_counts(
             smoothing, X, self._seed(_stages.PREDICT_SALT), self.regions_)
         top, not_significant = top_two_test(counts, alpha)
         prediction = np.where(not_significant | abstain, ABSTAIN, top)
-        prediction = smoothing.components.allocator.predict_override(self.regions_, X.reshape(len(X), -1), prediction)
-        return _validation.decode_labels(prediction, self.classes_)
+        return smoothing.components.allocator.predict_override(self.regions_, X.reshape(len(X), -1), prediction)
 
     def predict(self, X):
         """Cohen et al.'s PREDICT: the top class, or ``ABSTAIN`` if not significant.
@@ -461,63 +560,88 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
 
         Parameters
         ----------
-        X : array-like of float, shape (n_inputs, *input_shape)
+        X : array-like of float, shape (n_inputs, *input_shape), or a streamed source
+            A memory-mapped array or a map-style Dataset of inputs or
+            ``(input, label)`` pairs is read a chunk at a time (labels
+            ignored); see :mod:`smoothsk._inputs`.
 
         Returns
         -------
         labels : ndarray, shape (n_inputs,)
             Class labels, ``ABSTAIN`` (-1) where the test abstains.
         """
-        self.check_is_fitted()
-        return self._predict_checked(_validation.check_inputs(self, X, reset=False))
+        prediction = np.concatenate(self._per_chunk(self._inputs_for_prediction(X), self._predict_chunk))
+        return _validation.decode_labels(prediction, self.classes_)
 
     def predict_proba(self, X):
         """Monte Carlo class frequencies under each input's noise.
 
         Parameters
         ----------
-        X : array-like of float, shape (n_inputs, *input_shape)
+        X : array-like of float, shape (n_inputs, *input_shape), or a streamed source
+            As in :meth:`predict`.
 
         Returns
         -------
         proba : ndarray of float, shape (n_inputs, n_classes)
             Fraction of noisy copies classified as each class of ``classes_``.
         """
-        self.check_is_fitted()
-        X = _validation.check_inputs(self, X, reset=False)
-        counts, n, _, _ = _certification.prediction_counts(
-            self._smoothing(), X, self._seed(_stages.PREDICT_SALT), self.regions_)
-        return counts / n
+        def frequencies(smoothing, X):
+            counts, n, _, _ = _certification.prediction_counts(
+                smoothing, X, self._seed(_stages.PREDICT_SALT), self.regions_)
+            return counts / n
 
-    def score(self, X, y, sample_weight=None):
+        return np.concatenate(self._per_chunk(self._inputs_for_prediction(X), frequencies))
+
+    def score(self, X, y=None, sample_weight=None):
         """Accuracy of :meth:`predict`; abstentions count as wrong.
 
         Parameters
         ----------
-        X : array-like of float, shape (n_inputs, *input_shape)
-        y : array-like, shape (n_inputs,)
-            True labels.
+        X : array-like of float, shape (n_inputs, *input_shape), or a streamed source
+            As in :meth:`predict`.
+        y : array-like, shape (n_inputs,), optional
+            True labels; required unless ``X`` is a Dataset of ``(input, label)``
+            pairs, whose labels are then used.
         sample_weight : array-like of float, shape (n_inputs,), optional
 
         Returns
         -------
         float
         """
-        self.check_is_fitted()
-        X = _validation.check_inputs(self, X, reset=False)  # first: its errors are the clear ones for a bad X
-        y = _validation.check_label_vector(y, len(X), "y")
+        inputs = self._inputs_for_prediction(X)  # first: its errors are the clear ones for a bad X
+        if y is None:
+            y = _inputs.dataset_labels(X)
+            if y is None:
+                raise ValueError("score needs the true labels y, unless X is a Dataset of (input, label) pairs.")
+        y = _validation.check_label_vector(y, len(inputs), "y")
         if sample_weight is not None:
-            sample_weight = _validation.check_label_vector(sample_weight, len(X), "sample_weight",
+            sample_weight = _validation.check_label_vector(sample_weight, len(inputs), "sample_weight",
                                                              unit="weight").astype(np.float64)
-        correct = _validation.correct_predictions(self._predict_checked(X), y)
+        prediction = np.concatenate(self._per_chunk(inputs, self._predict_chunk))
+        correct = _validation.correct_predictions(_validation.decode_labels(prediction, self.classes_), y)
         return float(np.average(correct, weights=sample_weight))
 
     def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False):
         """Certified prediction and L2 radius per input.
 
+        Each certificate is about the classifier ``details.guarantee`` names:
+        ``g`` at the fixed sigma (``FixedSigma``, ``NoRegions``), ``g(., sigma(x))``
+        at the input's own searched sigma, a stateful allocator's region
+        classifier, or, with a certified sigma function, the sample-wise
+        classifier ``G(x) = g(x, sigma(x))``.
+
         Parameters
         ----------
-        X : array-like of float, shape (n_inputs, *input_shape)
+        X : array-like of float, shape (n_inputs, *input_shape), or a streamed source
+            A memory-mapped array or a map-style Dataset of inputs or
+            ``(input, label)`` pairs is read a chunk at a time, with the
+            certificates of the array of its inputs (labels ignored; see
+            :mod:`smoothsk._inputs`). Where the certificates depend on all
+            the inputs of the call (a stateful allocator, a sigma search with
+            ``per_input=False``), a memory-mapped array is read whole, and a
+            Dataset needs ``checkpoint``: each chunk of ``checkpoint_every``
+            inputs is then a call of its own, read in one piece.
         return_details : bool, default=False
             Also return the per-input :class:`~smoothsk.certificates.Certificates`.
         checkpoint : str or Path, optional
@@ -550,24 +674,32 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             Only with ``return_details``; ``details.prediction`` holds class indices.
         """
         smoothing = self._smoothing()
-        X = _validation.check_inputs(self, X, reset=False)
         every = _checkpoint.check_chunk_size(checkpoint_every)
         if checkpoint is not None:
             checkpoint = _checkpoint.check_path(checkpoint)
         if not isinstance(keep_checkpoint, bool):
             raise ValueError(f"keep_checkpoint must be a bool, got {keep_checkpoint!r}.")
+        whole = checkpoint is None and not _parallel.can_split(smoothing.components)
+        if whole:
+            components = smoothing.components
+            _inputs.refuse_dataset(X, (
+                f"allocator={components.allocator!r} allocates regions over all the inputs of a call together"
+                if not components.allocator.stateless else
+                f"sigma_search={components.sigma_search!r} learns one sigma for all the inputs of a call together"),
+                checkpoint_helps=True)
+        inputs = _inputs.inputs_of(self, X, whole)
         root_seed = self._seed(_stages.CERTIFY_SALT)
         with tqdm(desc="certify", unit=" noisy samples", unit_scale=True, mininterval=1.0,
                   disable=not self.verbose, file=sys.stderr) as progress:
             if checkpoint is None:
                 with self.regions_.transaction():
-                    certificates = _certification.certify_rows(smoothing, X, np.arange(len(X)), root_seed,
+                    certificates = _certification.certify_rows(smoothing, inputs, 0, len(inputs), root_seed,
                                                                self.regions_, progress)
             else:
                 certificates = _checkpoint.certify_in_chunks(
-                    functools.partial(_certification.certify_rows, smoothing, X, progress=progress), len(X),
-                    checkpoint, every,
-                    _checkpoint.run_fingerprint(self, X), root_seed, get_store=lambda: self.regions_,
+                    functools.partial(_certification.certify_rows, smoothing, inputs, progress=progress),
+                    len(inputs), checkpoint, every,
+                    _checkpoint.run_fingerprint(self, inputs), root_seed, get_store=lambda: self.regions_,
                     set_store=lambda store: setattr(self, "regions_", store), alpha=self.alpha,
                     n_classes=len(self.classes_), keep=keep_checkpoint)
         prediction = _validation.decode_labels(certificates.prediction, self.classes_)

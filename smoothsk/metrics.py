@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from ._inputs import dataset_labels, is_streamed, values_digest
 from ._validation import check_label_vector, correct_predictions
 from .pipeline import _split, certify
 from .statistics import first_offender
@@ -118,14 +119,24 @@ def _threshold(r, name):
     return value
 
 
-def acr_scorer(estimator, X, y):
+def _true_labels(X, y):
+    """``y``, or where it is None the labels of a Dataset ``X`` of ``(input, label)`` pairs."""
+    if y is None:
+        y = dataset_labels(X)
+        if y is None:
+            raise ValueError("The scorer needs the true labels y, unless X is a Dataset of (input, label) pairs.")
+    return y
+
+
+def acr_scorer(estimator, X, y=None):
     """Scorer ``(estimator, X, y) -> ACR`` for ``GridSearchCV(scoring=acr_scorer)``.
 
     ``estimator`` is a smoothed classifier or a Pipeline ending in one; radii
-    are in the space of ``X`` (see :func:`smoothsk.certify`).
+    are in the space of ``X`` (see :func:`smoothsk.certify`). ``X`` may be a
+    Dataset of ``(input, label)`` pairs, whose labels are used where ``y`` is None.
     """
     prediction, radius = certify(estimator, X)
-    return average_certified_radius(y, prediction, radius)
+    return average_certified_radius(_true_labels(X, y), prediction, radius)
 
 
 def make_certified_accuracy_scorer(r):
@@ -140,12 +151,14 @@ def make_certified_accuracy_scorer(r):
     Returns
     -------
     callable
+        ``scorer(estimator, X, y=None)``; ``y`` None takes the labels of a
+        Dataset ``X`` of ``(input, label)`` pairs.
     """
     r = _threshold(r, "r")
 
-    def scorer(estimator, X, y):
+    def scorer(estimator, X, y=None):
         prediction, radius = certify(estimator, X)
-        return certified_accuracy(y, prediction, radius, r)
+        return certified_accuracy(_true_labels(X, y), prediction, radius, r)
 
     scorer.__name__ = f"certified_accuracy_at_{r:g}"
     return scorer
@@ -160,7 +173,8 @@ class _CertifyOnce:
     (e.g. the same estimator refitted), which certifies again. It is kept
     with a digest of the estimator and X as they were after the call
     (:func:`_state_digest`: weights, parameters, regions, fitted sigma
-    function, a Pipeline's preprocessing, the values of X), and reused only
+    function, a Pipeline's preprocessing, the values of X: a memory-mapped
+    array or a Dataset read by chunks), and reused only
     while that digest holds: an estimator refitted, edited or set other
     parameters, or X edited, between two scorers of one round is certified
     again. An estimator whose state cannot be pickled, so not digested, is
@@ -192,6 +206,8 @@ def _state_digest(estimator, X):
     """
     preprocessing, classifier = _split(estimator)
     digest = hashlib.sha256()
+    if is_streamed(X):  # by its values, a chunk at a time (pickling would copy it whole)
+        X = values_digest(X)
     try:
         _TensorValuePickler(SimpleNamespace(write=digest.update)).dump((X, preprocessing, vars(classifier)))
     except (pickle.PicklingError, TypeError, AttributeError):
@@ -231,7 +247,9 @@ def certification_scorers(radii):
     -------
     dict of str -> callable
         ``"acr"`` and ``"certified_accuracy_at_<r>"`` per distinct radius
-        (``<r>`` with 6 significant digits).
+        (``<r>`` with 6 significant digits); each ``scorer(estimator, X,
+        y=None)``, ``y`` None taking the labels of a Dataset ``X`` of
+        ``(input, label)`` pairs.
 
     Raises
     ------
@@ -249,14 +267,14 @@ def certification_scorers(radii):
         thresholds[name] = r
     certify = _CertifyOnce(1 + len(thresholds))
 
-    def acr(estimator, X, y):
+    def acr(estimator, X, y=None):
         prediction, radius = certify("acr", estimator, X)
-        return average_certified_radius(y, prediction, radius)
+        return average_certified_radius(_true_labels(X, y), prediction, radius)
 
     scorers = {"acr": acr}
     for name, r in thresholds.items():
-        def at_r(estimator, X, y, r=r, name=name):
+        def at_r(estimator, X, y=None, r=r, name=name):
             prediction, radius = certify(name, estimator, X)
-            return certified_accuracy(y, prediction, radius, r)
+            return certified_accuracy(_true_labels(X, y), prediction, radius, r)
         scorers[name] = at_r
     return scorers

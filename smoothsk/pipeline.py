@@ -5,6 +5,7 @@ import math
 
 from sklearn.pipeline import Pipeline
 
+from ._inputs import is_dataset
 from ._lipschitz import lipschitz_constant
 
 __all__ = ["certify", "lipschitz_constant"]
@@ -63,7 +64,8 @@ def certify(estimator, X, return_details=False, **kwargs):
         If a preprocessing step has no known Lipschitz constant: raised
         before any transform or sampling.
     TypeError
-        If the (last step of the) estimator cannot certify.
+        If the (last step of the) estimator cannot certify, or ``X`` is a
+        Dataset given to a Pipeline (its steps transform arrays).
 
     Notes
     -----
@@ -100,6 +102,9 @@ def certify(estimator, X, return_details=False, **kwargs):
                         f"method); got {final!r}.")
     if final is estimator:
         return estimator.certify(X, return_details=return_details, **kwargs)
+    if is_dataset(X):
+        raise TypeError("X is a Dataset, but the steps of a Pipeline transform arrays: pass an array, or the "
+                        "transformed inputs to its last step (a Dataset is read by chunks there).")
     for steps in preprocessing:
         X = steps.transform(X)
     prediction, radius, details = final.certify(X, return_details=True, **kwargs)

@@ -1,10 +1,12 @@
 """The smoothsk command line."""
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification
 from smoothsk.cli import SUMMARY_RADII, build_parser, main
@@ -336,6 +338,118 @@ def test_a_checkpoint_folder_that_does_not_exist_is_refused_before_any_work(npz_
                  "--checkpoint", str(checkpoint)]) == 2
     err = capsys.readouterr().err
     assert "checkpoint" in err and "no-such-folder" in err and "does not exist" in err
+
+
+@pytest.fixture(scope="module")
+def image_data(tmp_path_factory):
+    """20 grey 4x4 images as PNGs in class folders ``0`` and ``1``, the .npz of their pixels, a model fitted on it.
+
+    Returns
+    -------
+    folder : Path
+        The images, ``<label>/<index>.png``.
+    order : list of int
+        The index of each image in the order the folder is read (by class, then name).
+    data : Path
+        The .npz of X (float32 (20, 1, 4, 4), the pixels / 255) and y.
+    model : Path
+    """
+    root = tmp_path_factory.mktemp("images")
+    pixels = np.random.default_rng(0).integers(0, 256, size=(20, 1, 4, 4), dtype=np.uint8)
+    X = pixels.astype(np.float32) / 255
+    y = (X.reshape(20, -1).mean(axis=1) > 0.5).astype(np.int64)
+    for index, label in enumerate(y):
+        (root / "folder" / str(label)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pixels[index, 0]).save(root / "folder" / str(label) / f"{index:02d}.png")
+    np.savez(root / "data.npz", X=X, y=y)
+    assert main(["fit", str(root / "data.npz"), "--out", str(root / "model.safetensors"), "--epochs", "1",
+                 "--n", "60", "--n0", "10"]) == 0
+    order = sorted(range(20), key=lambda index: (y[index], index))
+    return root / "folder", order, root / "data.npz", root / "model.safetensors"
+
+
+class TestOtherInputs:
+    """``smoothsk certify`` reads a memory-mapped .npy and a folder of images as it reads the .npz of their values."""
+
+    def test_an_npy_certifies_as_the_npz(self, npz_data, tmp_path):
+        X, _, data, model = npz_data
+        np.save(tmp_path / "X.npy", X)
+        common = ["--n", "40", "--n0", "10"]
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "npz.csv"), *common]) == 0
+        assert main(["certify", str(model), str(tmp_path / "X.npy"), "--out", str(tmp_path / "npy.csv"), *common]) == 0
+        expected = [{key: value for key, value in row.items() if key not in ("y", "correct")}
+                    for row in read_csv(tmp_path / "npz.csv")]
+        assert read_csv(tmp_path / "npy.csv") == expected
+
+    def test_a_folder_of_images_certifies_as_the_npz_of_its_pixels(self, image_data, tmp_path):
+        folder, order, data, model = image_data
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "npz.csv")]) == 0
+        assert main(["certify", str(model), str(folder), "--out", str(tmp_path / "images.csv")]) == 0
+        expected = read_csv(tmp_path / "npz.csv")
+        rows = read_csv(tmp_path / "images.csv")
+        assert [row["y"] for row in rows] == [expected[index]["y"] for index in order]  # the class folders' names
+        for name in ("prediction", "radius", "sigma", "n_samples", "guarantee"):
+            assert [row[name] for row in rows] == [expected[index][name] for index in order], name
+
+    def test_a_stateful_model_certifies_an_npy_whole_and_images_with_a_checkpoint_only(self, image_data, tmp_path,
+                                                                                           capsys):
+        folder, order, data, model = image_data
+        stateful = tmp_path / "stateful.safetensors"
+        SampleWiseSmoothedClassifier.load(model).set_params(allocator=OnlineBallAllocator()).save(stateful)
+        X = np.load(data)["X"]
+        np.save(tmp_path / "X.npy", X[order])  # in the folder's order
+        np.savez(tmp_path / "ordered.npz", X=X[order])
+        assert main(["certify", str(stateful), str(folder), "--out", str(tmp_path / "c.csv")]) == 2
+        err = capsys.readouterr().err
+        # The warning that regions are not saved, then the refusal.
+        assert err.count("\n") == 2 and "allocates regions over all the inputs of a call together" in err
+        for source, options in (("ordered.npz", []), ("X.npy", []), ("ordered.npz", ["--checkpoint", "a.ckpt"]),
+                                (folder, ["--checkpoint", "b.ckpt"])):
+            out = tmp_path / f"{Path(source).stem}-{len(options)}.csv"
+            options = [option if option.startswith("--") else str(tmp_path / option) for option in options]
+            assert main(["certify", str(stateful), str(tmp_path / source), "--out", str(out), *options]) == 0
+        radii = {name: [row["radius"] for row in read_csv(tmp_path / f"{name}.csv")]
+                 for name in ("ordered-0", "X-0", "ordered-2", "folder-2")}
+        assert radii["X-0"] == radii["ordered-0"] and radii["folder-2"] == radii["ordered-2"]
+
+    @pytest.mark.parametrize("content, words", [
+        (npy_bytes(np.zeros((3, 16), np.int64)), "X must be a float array of shape (n_inputs, *input_shape); got dtype "
+                                                 "int64"),
+        (npy_bytes(np.array([None] * 3, dtype=object)), "not a readable .npy file (it holds Python objects"),
+        (npy_bytes(np.zeros((3, 16), np.float32), shape=(10**9, 16)), "not a readable .npy file (it declares "
+                                                                       "64000000000 bytes"),
+        (npy_bytes(np.zeros((3, 8), np.float32)), "inputs of shape (8,), but the model"),
+        (npy_bytes(np.full((3, 16), np.nan, np.float32)), "holds NaN or infinite values as float32"),
+    ], ids=["integers", "objects", "declares more", "input shape", "nan"])
+    def test_a_bad_npy_is_refused_in_one_line_naming_it(self, npz_data, tmp_path, capsys, monkeypatch, content, words):
+        _, _, _, model = npz_data
+        path = tmp_path / "bad.npy"
+        path.write_bytes(content)
+        forbid(monkeypatch, _certification, "certify_rows", "certified a file it should have refused")
+        assert main(["certify", str(model), str(path), "--out", str(tmp_path / "c.csv")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and words in err
+
+    @pytest.mark.parametrize("damage, words", [
+        (lambda path: Image.new("L", (5, 4)).save(path), "4.png: 5x4 pixels, but the model takes 4x4."),
+        (lambda path: path.write_bytes(b"GIF89a"), "4.png: not a PNG or JPEG image Pillow can read."),
+    ], ids=["size", "not an image"])
+    def test_a_bad_image_is_refused_in_one_line_naming_it_before_any_sampling(self, image_data, tmp_path, capsys,
+                                                                               monkeypatch, damage, words):
+        folder, _, _, model = image_data
+        copy = tmp_path / "folder"
+        shutil.copytree(folder, copy)
+        damage(next(copy.glob("*/04.png")))
+        forbid(monkeypatch, _certification, "certify_rows", "certified a folder it should have refused")
+        assert main(["certify", str(model), str(copy), "--out", str(tmp_path / "c.csv")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"smoothsk certify: error: {copy}") and words in err
+
+    def test_images_for_a_model_of_flat_inputs_are_refused(self, npz_data, image_data, tmp_path, capsys):
+        folder, _, _, _ = image_data
+        assert main(["certify", str(npz_data[3]), str(folder), "--out", str(tmp_path / "c.csv")]) == 2
+        err = capsys.readouterr().err
+        assert f"{folder}: a folder of images gives inputs of shape (channels, height, width)" in err
 
 
 class TestStatefulAllocator:

@@ -14,9 +14,13 @@ from scipy import stats
 from sklearn.base import clone
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
 from skorch.callbacks import Callback
 
-from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, certify
+from smoothsk.certificates import fixed_sigma_guarantee
+from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import acr_scorer, average_certified_radius, certification_scorers
 from smoothsk.models import DigitsCNN, FlatMLP
 from smoothsk.sampling import FixedSampler
@@ -24,7 +28,7 @@ from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GridSigmaSearch
 from smoothsk.training import FixedSigmaTraining, GaussianNoise, PretrainFinetune
 
 from conftest import LevelSelectorLogits, LinearLogits, SlabLogits, tiny_digits_classifier
-from training_support import digits_net, training_digits
+from training_support import assert_bit_identical, digits_net, snapshot, training_digits
 
 #: Error probability of each statistical check below (a binomial or chi-square quantile).
 CHECK_LEVEL = 1e-6
@@ -537,3 +541,174 @@ class TestFittedSigmaFunctionLifetime:
         assert not hasattr(clf, "sigma_search_")  # partial_fit trained in place: nothing fitted for its weights
         with pytest.raises(NotFittedError, match="call fit again"):
             clf.set_params(sigma_search=self.selector()).certify(np.array([[0.0, -2.0]], dtype=np.float32))
+
+
+def small_cnn(seed):
+    """The architecture :func:`train_elsewhere` trains, its weights initialised from ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                   torch.nn.Linear(8 * 64, 10))
+
+
+def train_elsewhere(X, y, sigma=0.25, epochs=6):
+    """A small CNN trained on ``X``, ``y`` in a plain torch loop with Gaussian noise augmentation, outside smoothsk.
+
+    Returns
+    -------
+    torch.nn.Module
+        Logits (n, 10) for inputs (n, 1, 8, 8), in train mode as a user's loop leaves it.
+    """
+    generator = torch.Generator().manual_seed(0)
+    net = small_cnn(seed=0)
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    X, y = torch.from_numpy(X), torch.from_numpy(y)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(X), generator=generator).split(64):
+            noisy = X[batch] + sigma * torch.randn(X[batch].shape, generator=generator)
+            loss = torch.nn.functional.cross_entropy(net(noisy), y[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return net
+
+
+@pytest.fixture(scope="module")
+def trained_elsewhere(digits):
+    """A CNN trained on the first 1,200 digits by :func:`train_elsewhere`, and 100 held-out digits (do not train it)."""
+    X, y = digits
+    return train_elsewhere(X[:1200], y[:1200]), X[1600:1700], y[1600:1700]
+
+
+class RecordingForward(torch.nn.Module):
+    """A linear model on 4 features with 3 logits that counts its forward passes (``calls``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.linear(x)
+
+
+class TestFromModule:
+    """``from_module``: a module trained elsewhere, certified as it is, without data."""
+
+    @staticmethod
+    def certifier(module, **params):
+        params = {"input_shape": (1, 8, 8), "sampler": FixedSampler(n=200, n0=20), "random_state": 0, **params}
+        return SampleWiseSmoothedClassifier.from_module(module, **params)
+
+    def test_certifies_a_network_trained_in_a_plain_torch_loop_and_leaves_its_weights(self, trained_elsewhere):
+        net, X, y = trained_elsewhere
+        saved = snapshot(net)
+        clf = self.certifier(net)
+        assert_bit_identical(net, saved)
+        prediction, radius, details = clf.certify(X, return_details=True)
+        assert_bit_identical(net, saved)
+        assert clf.module_ is net and clf.classes_.tolist() == list(range(10)) and clf.input_shape_ == (1, 8, 8)
+        assert len(clf.history) == 0 and not hasattr(clf, "train_sigmas_")
+        assert details.guarantee == fixed_sigma_guarantee(0.25)
+        correct = prediction == y
+        assert correct.mean() > 0.8
+        assert (radius[correct] > 0).mean() > 0.9  # most correct inputs certified
+        assert clf.score(X, y) > 0.8
+
+    def test_classes_name_the_logits_in_order(self, trained_elsewhere):
+        net, X, _ = trained_elsewhere
+        by_index = self.certifier(net).predict(X[:10])
+        letters = self.certifier(net, classes=list("abcdefghij")).predict(X[:10])
+        assert letters.tolist() == [ABSTAIN if i == ABSTAIN else "abcdefghij"[i] for i in by_index]
+
+    def test_the_sigma_is_the_one_certified_at(self, trained_elsewhere):
+        net, X, _ = trained_elsewhere
+        _, _, details = self.certifier(net, sigma=0.5).certify(X[:3], return_details=True)
+        np.testing.assert_array_equal(details.sigma, 0.5)
+
+    @pytest.mark.parametrize("arguments, message", [
+        ({"classes": [0, 1, 2]}, r"classes has 3 labels, but the module Sequential returns 10 logits"),
+        ({"classes": list(range(9, -1, -1))}, r"classes must be distinct and in ascending order"),
+        ({"classes": [0] * 10}, r"classes must be distinct and in ascending order"),
+        ({"input_shape": (1, 9, 9)}, r"input_shape=\(1, 9, 9\) does not fit the module Sequential"),
+        ({"input_shape": (64,)}, r"input_shape=\(64,\) does not fit the module Sequential"),
+        ({"input_shape": (1, 0, 8)}, r"input_shape must be the shape of one input"),
+        ({"input_shape": "1x8x8"}, r"input_shape must be the shape of one input"),
+    ], ids=["width", "order", "repeated", "shape", "flat", "zero", "string"])
+    def test_arguments_that_do_not_fit_the_module_are_refused_in_one_line(self, trained_elsewhere, arguments,
+                                                                          message):
+        net, _, _ = trained_elsewhere
+        saved = snapshot(net)
+        with pytest.raises(ValueError, match=message) as error:
+            self.certifier(net, **arguments)
+        assert "\n" not in str(error.value)
+        assert_bit_identical(net, saved)
+
+    def test_a_certified_sigma_function_is_refused_before_the_module_runs(self):
+        module = RecordingForward()
+        with pytest.raises(ValueError, match=r"CertifiedSigmaSelector\(...\) is a certified sigma function.*"
+                                             r"training=Pretrained\(sigma\).*fit\(X, y\)"):
+            SampleWiseSmoothedClassifier.from_module(module, input_shape=(4,), sigma_search=CertifiedSigmaSelector())
+        assert module.calls == 0
+
+    def test_the_module_runs_once_in_eval_mode_before_the_bookkeeping(self):
+        module = RecordingForward().train()
+        clf = SampleWiseSmoothedClassifier.from_module(module, input_shape=(4,))
+        assert clf.classes_.tolist() == [0, 1, 2] and module.training
+        assert module.calls == 2  # the probe, then partial_fit's check of the module's output
+
+    @pytest.mark.parametrize("params, error, message", [
+        ({"training": FixedSigmaTraining(0.25)}, TypeError, "from_module takes no training"),
+        ({"module__width": 4}, TypeError, "from_module takes no module__width"),
+        ({"alpha": 2.0}, ValueError, "'alpha' parameter"),
+    ])
+    def test_parameters_it_cannot_take_are_refused(self, params, error, message):
+        module = RecordingForward()
+        with pytest.raises(error, match=message):
+            SampleWiseSmoothedClassifier.from_module(module, input_shape=(4,), **params)
+        assert module.calls == 0
+
+    def test_a_module_class_is_refused(self):
+        with pytest.raises(ValueError, match="module must be a torch.nn.Module instance"):
+            SampleWiseSmoothedClassifier.from_module(DigitsCNN, input_shape=(1, 8, 8))
+
+    def test_save_and_load_give_the_same_certificates(self, trained_elsewhere, tmp_path):
+        net, X, _ = trained_elsewhere
+        clf = self.certifier(net)
+        clf.save(tmp_path / "model.safetensors")
+        again = SampleWiseSmoothedClassifier.load(tmp_path / "model.safetensors", module=small_cnn(seed=1))
+        assert_bit_identical(again.module_, snapshot(net))
+        for mine, theirs in zip(clf.certify(X[:20]), again.certify(X[:20]), strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+
+    def test_a_module_with_constructor_params_loads_without_module(self, tmp_path):
+        experts = [FlatMLP(n_classes=2) for _ in range(2)]
+        for expert in experts:
+            expert(torch.zeros(1, 5))  # trained elsewhere: its lazy layer has its shape
+        clf = SampleWiseSmoothedClassifier.from_module(NoiseLevelExperts((0.25, 0.5), experts), input_shape=(5,),
+                                                       sampler=FixedSampler(n=100, n0=10), random_state=0)
+        clf.save(tmp_path / "experts.safetensors")
+        again = SampleWiseSmoothedClassifier.load(tmp_path / "experts.safetensors")
+        X = np.random.default_rng(0).normal(size=(10, 5)).astype(np.float32)
+        np.testing.assert_array_equal(again.certify(X)[1], clf.certify(X)[1])
+
+    def test_n_jobs_and_checkpoints_give_the_same_certificates(self, trained_elsewhere, tmp_path):
+        net, X, _ = trained_elsewhere
+        saved = snapshot(net)
+        plain = self.certifier(net).certify(X[:30])
+        parallel = self.certifier(net, n_jobs=2).certify(X[:30])
+        resumable = self.certifier(net).certify(X[:30], checkpoint=tmp_path / "run.ckpt", checkpoint_every=7)
+        for result in (parallel, resumable):
+            for mine, theirs in zip(plain, result, strict=True):
+                np.testing.assert_array_equal(mine, theirs)
+        assert_bit_identical(net, saved)
+
+    def test_it_certifies_in_a_pipeline(self, trained_elsewhere):
+        net, X, y = trained_elsewhere
+        clf = self.certifier(net)
+        pipe = make_pipeline(FunctionTransformer().fit(X[:1].reshape(1, -1)), clf)
+        flat = X[:20].reshape(20, -1)
+        for mine, theirs in zip(clf.certify(X[:20]), certify(pipe, flat), strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+        np.testing.assert_array_equal(pipe.predict(flat), clf.predict(X[:20]))

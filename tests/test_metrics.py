@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.exceptions import DataConversionWarning
+from torch.utils.data import TensorDataset
 
 from smoothsk import ABSTAIN, certify, metrics
 from smoothsk.metrics import (
@@ -170,6 +171,32 @@ class TestScorers:
         assert scorers["acr"](clf, X, y) == acr_scorer(clf, X, y)
         if change != "alpha set":
             assert scorers["acr"](clf, X, y) == 0.0
+
+    def test_a_dataset_of_pairs_is_scored_by_its_labels(self, make_linear_classifier):
+        X = np.random.default_rng(0).normal(size=(30, 2)).astype(np.float32)
+        y = np.where(np.arange(30) % 3 == 0, 0, 1)  # not the model's labels everywhere
+        pairs = TensorDataset(torch.from_numpy(X), torch.from_numpy(y))
+        clf = make_linear_classifier([1.0, -1.0], n=200, n0=20)
+        expected = {name: scorer(clf, X, y) for name, scorer in certification_scorers([0.1, 0.3]).items()}
+        assert {name: scorer(clf, pairs) for name, scorer in certification_scorers([0.1, 0.3]).items()} == expected
+        assert acr_scorer(clf, pairs) == expected["acr"]
+        assert make_certified_accuracy_scorer(0.1)(clf, pairs) == expected["certified_accuracy_at_0.1"]
+
+    def test_labels_are_needed_unless_the_dataset_has_them(self):
+        with pytest.raises(ValueError, match=r"needs the true labels y, unless X is a Dataset of \(input, label\)"):
+            acr_scorer(StubEstimator(), TensorDataset(torch.zeros(5, 2)), None)
+
+    def test_a_dataset_edited_between_scorers_is_certified_again(self):
+        scorers = certification_scorers([0.5])
+        estimator, X = StubEstimator(), torch.zeros(5, 2)
+        dataset = TensorDataset(X, torch.from_numpy(Y))
+        scorers["acr"](estimator, dataset)
+        scorers["certified_accuracy_at_0.5"](estimator, dataset)
+        assert estimator.calls == 1  # one round, nothing changed: shared
+        scorers["acr"](estimator, dataset)
+        X[0] = 1.0
+        scorers["certified_accuracy_at_0.5"](estimator, dataset)
+        assert estimator.calls == 3
 
     def test_regions_grown_between_scorers_certify_again(self, make_linear_classifier, monkeypatch):
         """Another certify call between two scorers changes a stateful store: the next scorer certifies again."""

@@ -5,7 +5,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from smoothsk._npz import MAX_COMPRESSION_RATIO, SMALL_MEMBER_BYTES, NpzArchive
+from smoothsk._npz import MAX_COMPRESSION_RATIO, SMALL_MEMBER_BYTES, NpzArchive, memory_map_npy
 
 from conftest import forbid
 from npz_support import npy_bytes, write_npz
@@ -119,6 +119,13 @@ class TestRefusals:
         write_npz(path, {"X": b"\x93NUMPY\x02\x00" + len(header).to_bytes(4, "little") + header})
         refused(path, "no valid .npy header")
 
+    def test_a_header_numpy_cannot_tokenize_is_refused(self, tmp_path):
+        # numpy's header parser raises tokenize.TokenError (not a ValueError) on an unclosed bracket.
+        header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), (" + b" " * 50 + b"\n"
+        path = tmp_path / "unclosed.npz"
+        write_npz(path, {"X": b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(48)})
+        refused(path, "'X' has no valid .npy header .*EOF in multi-line statement")
+
     def test_a_failed_allocation_is_a_value_error(self, tmp_path, monkeypatch):
         path = tmp_path / "data.npz"
         np.savez(path, X=ARRAYS["X"])
@@ -141,3 +148,51 @@ class TestRefusals:
                 read_all(damaged, max_bytes=1 << 10)
             except ValueError as error:
                 assert "\n" not in str(error), index
+
+
+class TestMemoryMappedNpy:
+    """``memory_map_npy``: a single ``.npy`` file mapped read-only once its header is checked."""
+
+    @pytest.mark.parametrize("name", ["X", "fortran", "labels", "flags"])
+    def test_maps_what_numpy_writes(self, tmp_path, name):
+        np.save(tmp_path / "a.npy", ARRAYS[name])
+        mapped = memory_map_npy(tmp_path / "a.npy")
+        assert isinstance(mapped, np.memmap) and not mapped.flags.writeable
+        np.testing.assert_array_equal(mapped, ARRAYS[name])
+        assert mapped.dtype == ARRAYS[name].dtype
+
+    @pytest.mark.parametrize("content, words", [
+        (npy_bytes(np.array([{"a": 1}], dtype=object)), r"it holds Python objects \(shape \(1,\) of object\)"),
+        (npy_bytes(np.zeros(4, np.float32), shape=(10**12, 3)),
+         r"it declares 12000000000000 bytes \(shape \(1000000000000, 3\) of float32\) but holds 16 after its header"),
+        (npy_bytes(np.zeros(4, np.float32)) + b"trailing", r"it declares 16 bytes .* but holds 24"),
+        (npy_bytes(np.zeros((0, 5))), r"it holds no values"),
+        (b"\x93NUMPY\x03\x00" + bytes(100), r"no valid .npy header \(.npy format version \(3, 0\), which is not "),
+        (b"\x93NUMPY\x02\x00" + (20_100).to_bytes(4, "little") + b"{'descr': '<f4'" + b" " * 20_000 + b"}\n",
+         r"no valid .npy header"),
+        (b"PK\x03\x04 an archive", r"not an .npy file"),
+    ], ids=["objects", "huge shape", "trailing bytes", "empty", "version", "long header", "not npy"])
+    def test_refused_in_one_line_before_mapping(self, tmp_path, monkeypatch, content, words):
+        (tmp_path / "bad.npy").write_bytes(content)
+        forbid(monkeypatch, np, "load", "mapped a file its header check refuses")
+        with pytest.raises(ValueError, match=words) as error:
+            memory_map_npy(tmp_path / "bad.npy")
+        assert "\n" not in str(error.value)
+
+    def test_a_missing_file_is_a_value_error(self, tmp_path):
+        with pytest.raises(ValueError, match="it cannot be read"):
+            memory_map_npy(tmp_path / "absent.npy")
+
+    def test_any_damaged_byte_is_mapped_or_refused_with_a_value_error(self, tmp_path):
+        path, damaged = tmp_path / "data.npy", tmp_path / "damaged.npy"
+        np.save(path, ARRAYS["X"])
+        content = path.read_bytes()
+        for index in range(len(content)):
+            damaged.write_bytes(content[:index] + bytes([content[index] ^ 0xFF]) + content[index + 1:])
+            try:
+                mapped = memory_map_npy(damaged)
+            except ValueError as error:
+                assert "\n" not in str(error), index
+            else:
+                assert mapped.nbytes == len(content) - 128, index
+                del mapped

@@ -2,12 +2,14 @@
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats
 from sklearn.datasets import load_wine
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import MinMaxScaler, PolynomialFeatures, StandardScaler
+from torch.utils.data import TensorDataset
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, certify
 from smoothsk.metrics import acr_scorer, certification_scorers, make_certified_accuracy_scorer
@@ -157,6 +159,12 @@ class TestCertify:
             with pytest.raises(ValueError, match=r"step 'poly' \(PolynomialFeatures\): smoothsk knows no Lipschitz"):
                 scorer(pipe, X, [0, 1])
         assert calls == []
+
+    def test_a_dataset_is_refused_before_any_transform(self, pipeline):
+        dataset = TensorDataset(torch.zeros(3, 2))
+        with pytest.raises(TypeError, match="X is a Dataset, but the steps of a Pipeline transform arrays"):
+            certify(pipeline, dataset)
+        certify(pipeline[-1], dataset)  # the classifier itself reads it
 
     def test_a_last_step_that_cannot_certify(self):
         X, y = np.array([[0.0, 1.0], [1.0, 0.0]]), [0, 1]

@@ -1,0 +1,131 @@
+"""A folder of images, one sub-folder per class (torchvision's ``ImageFolder`` layout), read as a Dataset.
+
+``root/<class>/.../<image>``: every PNG or JPEG file (``.png``, ``.jpg``,
+``.jpeg``, any case) under a class folder, found recursively, is an input
+whose label is the class folder's name; classes and files are in sorted
+order, and files directly in ``root`` or of other types are ignored (as
+torchvision does). A label is an int where every class name is one written
+plainly (``0``, ``7``, ``-1``; not ``07``), so that folders named after the
+classes of a model trained on integer labels match them; else the name.
+
+An image may be hostile. Listing the folder reads no image, and follows no
+link to a folder. Each image is read when its input is, and only once its
+header checks: a regular file (not a device or a pipe), a PNG or a JPEG by
+its content, whatever its name, of 8 bits per channel, and exactly the
+model's width and height. Only then is it decoded, so decoding allocates no
+more than one input of the model's size (and Pillow's own bounds on
+metadata). Any other file is refused with a ``ValueError`` naming it.
+
+An image becomes the float32 input ``(C, H, W)`` in [0, 1], its 8-bit values
+divided by 255 (as torchvision's ``ToTensor``), converted to grey (``C = 1``)
+or RGB (``C = 3``) as the model's input shape says; an alpha channel is dropped.
+"""
+
+import os
+import re
+import stat
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+__all__ = ["IMAGE_SUFFIXES", "ImageFolder"]
+
+#: File name endings read as images (compared in lower case).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+#: Pillow's image formats read; a file of another format is refused whatever its name.
+_FORMATS = ("PNG", "JPEG")
+#: Pillow modes of 8 bits per channel, converted to grey or RGB; others (16-bit, float) are refused.
+_EIGHT_BIT_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr")
+#: Pillow's mode for the number of channels of the model's inputs.
+_MODE_OF_CHANNELS = {1: "L", 3: "RGB"}
+#: A class name read as an int label.
+_PLAIN_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+
+
+class ImageFolder:
+    """The images under ``root``, one sub-folder per class, each read and checked when indexed.
+
+    Parameters
+    ----------
+    root : str or Path
+        The folder of class folders.
+    input_shape : tuple of int
+        The model's input shape, ``(C, H, W)`` with ``C`` 1 or 3: every
+        image must be ``W`` x ``H`` pixels.
+
+    Attributes
+    ----------
+    files : list of Path
+        The images, by class, then path.
+    labels : ndarray, shape (n_images,)
+        The class of each image: ints where every class name is one, else strings.
+    classes : list of str
+        The class folders' names, sorted.
+    shape : tuple of int
+        ``(n_images, C, H, W)``.
+
+    Raises
+    ------
+    ValueError
+        Naming the folder: not a folder, an input shape that is not an
+        image's, no class folder, or a class folder without images.
+    """
+
+    def __init__(self, root, input_shape):
+        root, input_shape = Path(root), tuple(input_shape)
+        if len(input_shape) != 3 or input_shape[0] not in _MODE_OF_CHANNELS:
+            raise ValueError(f"{root}: a folder of images gives inputs of shape (channels, height, width) with 1 or 3 "
+                             f"channels, but the model takes inputs of shape {input_shape}.")
+        self.root, self.input_shape = root, input_shape
+        try:
+            self.classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False))
+        except OSError as error:
+            raise ValueError(f"{root}: cannot list it as a folder of class folders ({error.strerror or error}).") \
+                from error
+        if not self.classes:
+            raise ValueError(f"{root}: no class folder in it; put each class's images in a folder named after it "
+                             f"(e.g. {root}/cat/1.png).")
+        self.files, names = [], []
+        for name in self.classes:
+            images = sorted(_images_under(root / name))
+            if not images:
+                raise ValueError(f"{root / name}: a class folder without images (files ending in "
+                                 f"{', '.join(IMAGE_SUFFIXES)}).")
+            self.files += images
+            names += [name] * len(images)
+        plain = all(_PLAIN_INT.fullmatch(name) for name in self.classes)
+        self.labels = np.array([int(name) for name in names] if plain else names)
+        self.shape = (len(self.files),) + input_shape
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        """Image ``index`` as a float32 input ``(C, H, W)`` in [0, 1]; a ``ValueError`` naming a bad file."""
+        path = self.files[index]
+        channels, height, width = self.input_shape
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise ValueError("not a regular file")
+            with Image.open(path, formats=_FORMATS) as image:  # reads the header only
+                if image.mode not in _EIGHT_BIT_MODES:
+                    raise ValueError(f"mode {image.mode}, not 8 bits per channel")
+                if image.size != (width, height):
+                    raise ValueError(f"{image.size[0]}x{image.size[1]} pixels, but the model takes {width}x{height}")
+                pixels = np.asarray(image.convert(_MODE_OF_CHANNELS[channels]), dtype=np.float32)
+        except UnidentifiedImageError as error:
+            raise ValueError(f"{path}: not a PNG or JPEG image Pillow can read.") from error
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+            reason = getattr(error, "strerror", None) or " ".join(str(error).split())
+            raise ValueError(f"{path}: {reason}.") from error
+        return (pixels / 255).reshape(height, width, channels).transpose(2, 0, 1)
+
+
+def _images_under(folder):
+    """The image files under ``folder``, recursively, without following links to folders."""
+    def refuse(error):
+        raise ValueError(f"{error.filename}: cannot list it ({error.strerror or error}).") from error
+
+    for parent, _, names in os.walk(folder, onerror=refuse):
+        yield from (Path(parent) / name for name in names if name.lower().endswith(IMAGE_SUFFIXES))

@@ -1,0 +1,143 @@
+"""A folder of class folders of images, read as a Dataset: layout, labels, pixel values, hostile files."""
+
+import io
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from smoothsk._image_folder import ImageFolder
+
+from conftest import forbid
+
+
+def save(path, pixels, image_format="PNG", mode=None):
+    """Write ``pixels`` (uint8, (H, W) or (H, W, C)) as an image file at ``path``, its folders made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels, mode).save(path, image_format)
+
+
+@pytest.fixture
+def grey(tmp_path):
+    """Six 4x3 grey PNGs in class folders ``1`` and ``10`` (one nested), a text file and an image at the root."""
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(6, 3, 4), dtype=np.uint8)
+    for index, name in enumerate(["10/b.png", "10/a.PNG", "1/c.png", "1/sub/d.png", "1/e.png", "1/f.png"]):
+        save(tmp_path / name, pixels[index])
+    (tmp_path / "1" / "notes.txt").write_text("not an image")
+    save(tmp_path / "stray.png", pixels[0])
+    return tmp_path, pixels
+
+
+class TestLayout:
+    def test_classes_and_files_are_sorted_and_labels_are_ints_for_integer_names(self, grey):
+        root, _ = grey
+        images = ImageFolder(root, (1, 3, 4))
+        assert images.classes == ["1", "10"]
+        assert [path.relative_to(root).as_posix() for path in images.files] == [
+            "1/c.png", "1/e.png", "1/f.png", "1/sub/d.png", "10/a.PNG", "10/b.png"]
+        assert images.labels.tolist() == [1, 1, 1, 1, 10, 10] and images.labels.dtype.kind == "i"
+        assert len(images) == 6 and images.shape == (6, 1, 3, 4)
+
+    @pytest.mark.parametrize("names, labels", [(["cat", "dog"], ["cat", "dog"]), (["07", "8"], ["07", "8"]),
+                                               (["-1", "0"], [-1, 0])])
+    def test_labels_are_the_names_unless_every_name_is_a_plain_int(self, tmp_path, names, labels):
+        for name in names:
+            save(tmp_path / name / "x.png", np.zeros((2, 2), np.uint8))
+        assert ImageFolder(tmp_path, (1, 2, 2)).labels.tolist() == labels
+
+    def test_a_linked_folder_is_not_followed(self, grey, tmp_path_factory):
+        root, pixels = grey
+        elsewhere = tmp_path_factory.mktemp("elsewhere")
+        save(elsewhere / "g.png", pixels[0])
+        os.symlink(elsewhere, root / "1" / "link")
+        os.symlink(elsewhere, root / "linked-class")
+        assert len(ImageFolder(root, (1, 3, 4))) == 6
+
+    @pytest.mark.parametrize("make, message", [
+        (lambda root: None, r"no class folder in it"),
+        (lambda root: (root / "empty").mkdir(), r"empty: a class folder without images"),
+        (lambda root: (root / "a").mkdir() or (root / "a" / "x.txt").write_text(""), r"a class folder without images"),
+    ], ids=["no class", "empty class", "no image"])
+    def test_a_folder_without_images_is_refused(self, tmp_path, make, message):
+        make(tmp_path)
+        with pytest.raises(ValueError, match=message):
+            ImageFolder(tmp_path, (1, 2, 2))
+
+    def test_not_a_folder_and_input_shapes_that_are_not_images_are_refused(self, grey):
+        root, _ = grey
+        with pytest.raises(ValueError, match="cannot list it as a folder"):
+            ImageFolder(root / "stray.png", (1, 3, 4))
+        for shape in [(12,), (2, 3, 4), (1, 1, 3, 4)]:
+            with pytest.raises(ValueError, match=r"1 or 3 channels, but the model takes inputs of shape"):
+                ImageFolder(root, shape)
+
+
+class TestPixels:
+    def test_grey_pixels_are_floats_in_0_1(self, grey):
+        root, pixels = grey
+        x = ImageFolder(root, (1, 3, 4))[0]  # 1/c.png
+        assert x.dtype == np.float32 and x.shape == (1, 3, 4)
+        np.testing.assert_array_equal(x[0], pixels[2].astype(np.float32) / 255)
+
+    def test_rgb_alpha_and_palette_images_become_rgb_channels_first(self, tmp_path):
+        rgba = np.random.default_rng(1).integers(0, 256, size=(3, 4, 4), dtype=np.uint8)
+        save(tmp_path / "a" / "rgba.png", rgba)
+        Image.fromarray(rgba[:, :, :3]).convert("P").save(tmp_path / "a" / "palette.png")
+        images = ImageFolder(tmp_path, (3, 3, 4))
+        np.testing.assert_array_equal(images[1], rgba[:, :, :3].transpose(2, 0, 1).astype(np.float32) / 255)
+        palette = np.asarray(Image.open(tmp_path / "a" / "palette.png").convert("RGB"))
+        np.testing.assert_array_equal(images[0], palette.transpose(2, 0, 1).astype(np.float32) / 255)
+
+    def test_a_jpeg_is_read_as_its_decoded_pixels(self, tmp_path):
+        save(tmp_path / "a" / "x.jpg", np.full((8, 8, 3), 200, np.uint8), "JPEG")
+        x = ImageFolder(tmp_path, (1, 8, 8))[0]
+        assert x.shape == (1, 8, 8) and np.abs(x - 200 / 255).max() < 0.02
+
+
+class TestHostileFiles:
+    def test_an_image_of_another_size_is_refused_before_it_is_decoded(self, grey, monkeypatch):
+        root, _ = grey
+        images = ImageFolder(root, (1, 30, 40))
+        forbid(monkeypatch, Image.Image, "convert", "decoded an image of the wrong size")
+        with pytest.raises(ValueError, match=r"1/c.png: 4x3 pixels, but the model takes 40x30\.$"):
+            images[0]
+
+    def test_a_decompression_bomb_is_refused_from_its_header(self, tmp_path, monkeypatch):
+        save(tmp_path / "a" / "big.png", np.zeros((64, 64), np.uint8))
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 64x64 is a bomb at this limit
+        forbid(monkeypatch, Image.Image, "convert", "decoded a bomb")
+        with pytest.raises(ValueError, match=r"big.png: Image size \(4096 pixels\) exceeds limit"):
+            ImageFolder(tmp_path, (1, 64, 64))[0]
+
+    @pytest.mark.parametrize("write, message", [
+        (lambda path: path.write_bytes(b"not an image at all"), r"not a PNG or JPEG image Pillow can read"),
+        (lambda path: Image.new("L", (4, 3)).save(path, "TIFF"), r"not a PNG or JPEG image Pillow can read"),
+        (lambda path: Image.new("I;16", (4, 3)).save(path, "PNG"), r"mode I;16, not 8 bits per channel"),
+        (lambda path: os.mkfifo(path), r"not a regular file"),
+    ], ids=["garbage", "tiff named png", "16 bits", "fifo"])
+    def test_files_that_are_not_8_bit_png_or_jpeg_are_refused_naming_them(self, tmp_path, write, message):
+        path = tmp_path / "a" / "x.png"
+        path.parent.mkdir()
+        write(path)
+        with pytest.raises(ValueError, match=rf"{path}: {message}") as error:
+            ImageFolder(tmp_path, (1, 3, 4))[0]
+        assert "\n" not in str(error.value)
+
+    @pytest.mark.parametrize("image_format", ["PNG", "JPEG"])
+    def test_any_damaged_byte_is_read_or_refused_with_a_value_error(self, tmp_path, image_format):
+        buffer = io.BytesIO()
+        Image.fromarray(np.random.default_rng(0).integers(0, 256, (4, 4, 3), dtype=np.uint8)).save(buffer, image_format)
+        content, path = buffer.getvalue(), tmp_path / "a" / "x.png"
+        path.parent.mkdir()
+        path.write_bytes(content)
+        images = ImageFolder(tmp_path, (3, 4, 4))
+        for index in range(len(content)):
+            path.write_bytes(content[:index] + bytes([content[index] ^ 0xFF]) + content[index + 1:])
+            try:
+                x = images[0]
+            except ValueError as error:
+                assert str(error).startswith(f"{path}: ") and "\n" not in str(error), index
+            else:
+                assert x.shape == (3, 4, 4) and ((x >= 0) & (x <= 1)).all(), index
