@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
 from sklearn.base import clone
 
 from . import ABSTAIN, SampleWiseSmoothedClassifier
@@ -24,6 +26,7 @@ from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._image_folder import ImageFolder
 from ._model_file import MIN_KEY_BYTES
+from ._module_state import load_module_state
 from ._npz import NpzArchive, memory_map_npy
 from ._params import Components
 from ._presets import MODULES, PRESETS, TRAINING_SETTINGS, fixed_sigma_preset, preset_params
@@ -443,6 +446,78 @@ def write_certificates(path, columns, rows):
         write(file)
 
 
+#: The input shape each built-in architecture is made for (a flat MLP takes the data's).
+MODULE_INPUT_SHAPES = {"digits-cnn": (1, 8, 8), "lenet": (1, 28, 28), "cifar-resnet": (3, 32, 32)}
+
+
+def parse_classes(text):
+    """The labels of ``--classes C1,C2,...`` (integers, distinct, ascending), or None.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``--classes``.
+    """
+    if text is None:
+        return None
+    try:
+        classes = np.array([int(item) for item in text.split(",")], dtype=np.int64)
+    except ValueError:
+        raise ValueError(f"--classes {text}: give the class labels as integers separated by commas, one per "
+                         "logit of the network, in the order of its logits.") from None
+    if len(classes) < 2 or np.any(np.diff(classes) <= 0):
+        raise ValueError(f"--classes {text}: give at least two distinct labels in ascending order.")
+    return classes
+
+
+def model_from_weights(args, X):
+    """A fitted estimator around ``--module``'s network with the weights of the file ``args.model``, as they are.
+
+    The file is a plain safetensors file of the network's ``state_dict``
+    (trained elsewhere, saved with ``safetensors.torch.save_file``): its names,
+    shapes and dtypes are checked against the network before any value is
+    copied, and safetensors checks every offset against the file's size.
+    The estimator is :meth:`SampleWiseSmoothedClassifier.from_module` at
+    ``--sigma`` (certificates of ``g`` at that sigma) with ``--classes``, or
+    ``range(n_logits)``, and ``random_state=0``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    X : ndarray, np.memmap or ImageFolder
+        The data: its input shape is the network's (a flat MLP takes it).
+
+    Returns
+    -------
+    SampleWiseSmoothedClassifier
+
+    Raises
+    ------
+    InputFileError
+        Naming the weights file: not safetensors, or weights of another network.
+    """
+    classes = parse_classes(args.classes)
+    input_shape = tuple(X.shape[1:])
+    expected = MODULE_INPUT_SHAPES.get(args.module, input_shape)
+    if input_shape != expected:
+        raise InputFileError(f"{args.data}: inputs of shape {input_shape}, but --module {args.module} takes inputs "
+                             f"of shape {expected}.")
+    network = MODULES[args.module](**({} if classes is None else {"n_classes": len(classes)}))
+    with torch.no_grad():  # a lazy layer (flat-mlp) takes its size from one input before the weights are checked
+        network.eval()(torch.zeros((1,) + input_shape))
+    try:
+        with safe_open(args.model, framework="pt", device="cpu") as file:
+            weights = {name: file.get_tensor(name) for name in file.keys()}
+        load_module_state(network, weights, args.model, f"--module {args.module}")
+    except (SafetensorError, OSError, ValueError) as exc:
+        message = str(exc)
+        raise InputFileError(message if str(args.model) in message else f"{args.model}: {message}") from exc
+    # A fixed seed: the same command gives the same certificates.
+    return SampleWiseSmoothedClassifier.from_module(network, input_shape=input_shape,
+                                                    sigma=0.25 if args.sigma is None else args.sigma, classes=classes,
+                                                    random_state=0)
+
+
 def load_model(path, key=None):
     """``SampleWiseSmoothedClassifier.load(path, key=key)``, its errors naming the file."""
     try:
@@ -556,6 +631,12 @@ def run_certify(args):
     summary is printed (:func:`print_summary`).
     """
     statistics = parse_normalize(args.normalize)
+    if args.module is None and (args.sigma is not None or args.classes is not None):
+        raise ValueError("--sigma and --classes describe a network given by --module (weights trained elsewhere); "
+                         "a smoothsk model file records its own.")
+    if args.sigma is not None and not (math.isfinite(args.sigma) and args.sigma > 0):
+        raise ValueError(f"--sigma {args.sigma}: give the noise level the network was trained for, a number > 0.")
+    parse_classes(args.classes)
     to_stdout = args.out == STDOUT
     report = sys.stderr if to_stdout else sys.stdout  # standard output carries the CSV alone
     # --save-model may replace the model file (saving is atomic); no other two may coincide.
@@ -569,12 +650,16 @@ def run_certify(args):
         check_output(args.save_model, "--save-model")
     checkpoint = None if args.checkpoint is None else check_path(args.checkpoint)  # links resolved, once
     key = read_key(args.key_file)
-    clf = load_model(args.model, key)
+    if args.module is None:
+        clf = load_model(args.model, key)
+        X, y = read_certify_data(args.data, clf.input_shape_)
+    else:
+        X, y = read_certify_data(args.data, MODULE_INPUT_SHAPES.get(args.module))
+        clf = model_from_weights(args, X)
     if statistics is not None:
         normalize_loaded(clf, args, statistics)
     unchanged = {"n_jobs": clf.n_jobs, "verbose": clf.verbose}  # --save-model keeps the model's own
     sampler = sampler_with_sizes(clf, args) if args.n is not None or args.n0 is not None else None
-    X, y = read_certify_data(args.data, clf.input_shape_)
     if tuple(X.shape[1:]) != tuple(clf.input_shape_):
         raise InputFileError(f"{args.data}: inputs of shape {X.shape[1:]}, but the model {args.model} was trained "
                              f"on inputs of shape {tuple(clf.input_shape_)}.")
@@ -682,7 +767,8 @@ def build_parser():
     cert = commands.add_parser("certify", parents=[common],
                                help="certify every input of an .npz, .npy or image folder with a model file, write "
                                     "a CSV")
-    cert.add_argument("model", help="model file written by 'smoothsk fit' (or SampleWiseSmoothedClassifier.save)")
+    cert.add_argument("model", help="model file written by 'smoothsk fit' (or SampleWiseSmoothedClassifier.save); "
+                                    "with --module, a safetensors file of that network's weights (its state_dict)")
     cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV), .npy "
                                    "file of inputs (memory-mapped), or folder of PNG/JPEG images in one folder per "
                                    "class (the labels), each the model's size, read as floats in [0, 1]")
@@ -706,6 +792,13 @@ def build_parser():
     cert.add_argument("--normalize", metavar="MEAN,..:STD,..",
                       help="put Normalize(MEAN, STD) in front of the model's module (for a network trained on "
                            "normalised inputs: noise and radii stay in the units of X); --save-model keeps it")
+    cert.add_argument("--module", choices=tuple(MODULES),
+                      help="certify a network trained elsewhere: the model argument holds this architecture's "
+                           "weights (safetensors), smoothed as they are at --sigma")
+    cert.add_argument("--sigma", type=float,
+                      help="with --module: the noise level the network was trained for (default 0.25)")
+    cert.add_argument("--classes", help="with --module: the class labels of its logits, C1,C2,... (default "
+                                        "0 .. n_logits - 1)")
     cert.add_argument("-v", "--verbose", action="store_true", help="show a progress bar")
     return parser
 

@@ -744,3 +744,58 @@ class TestSummary:
         assert main(["certify", str(model), str(data), "--out", "-", "--n", "40", "--n0", "10"]) == 0
         captured = capsys.readouterr()
         assert "clean accuracy" in captured.err and "accuracy" not in captured.out
+
+
+class TestWeightsTrainedElsewhere:
+    """``smoothsk certify WEIGHTS DATA --module NAME``: a network's state_dict from elsewhere, certified as it is."""
+
+    @pytest.fixture(scope="class")
+    def weights(self, npz_data, tmp_path_factory):
+        import torch
+        from safetensors.torch import save_file
+
+        torch.manual_seed(0)
+        network = FlatMLP(n_classes=2)
+        X, y, _, _ = npz_data
+        network(torch.from_numpy(X[:1]))
+        path = tmp_path_factory.mktemp("weights") / "weights.safetensors"
+        save_file({name: value.contiguous() for name, value in network.state_dict().items()}, str(path))
+        return network, path
+
+    def test_certificates_are_those_of_from_module_with_the_same_weights(self, npz_data, weights, tmp_path):
+        X, y, data, _ = npz_data
+        network, path = weights
+        out = tmp_path / "c.csv"
+        assert main(["certify", str(path), str(data), "--module", "flat-mlp", "--sigma", "0.5", "--classes", "0,1",
+                     "--out", str(out), "--n", "50", "--n0", "10"]) == 0
+        rows = read_csv(out)
+        clf = SampleWiseSmoothedClassifier.from_module(network, input_shape=X.shape[1:], sigma=0.5,
+                                                       classes=np.array([0, 1]), random_state=0)
+        prediction, radius = clf.set_params(sampler__n=50, sampler__n0=10).certify(X)
+        assert [int(row["prediction"]) for row in rows] == prediction.tolist()
+        np.testing.assert_array_equal([float(row["radius"]) for row in rows], radius)
+        assert {row["sigma"] for row in rows} == {"0.5"}
+
+    @pytest.mark.parametrize("options, words", [
+        (["--module", "lenet"], "--module lenet"),  # another architecture's names and shapes
+        (["--module", "flat-mlp", "--classes", "0,1,2"], "shape"),  # three logits, the weights have two
+        (["--module", "flat-mlp", "--classes", "1,0"], "--classes 1,0"),
+        (["--sigma", "0.5"], "--sigma and --classes describe a network given by --module"),
+        (["--module", "flat-mlp", "--sigma", "-1"], "--sigma -1"),
+    ])
+    def test_wrong_weights_or_options_are_refused_in_one_line(self, npz_data, weights, tmp_path, capsys, options,
+                                                              words):
+        _, _, data, _ = npz_data
+        _, path = weights
+        assert main(["certify", str(path), str(data), "--out", str(tmp_path / "c.csv"), *options]) != 0
+        error = capsys.readouterr().err.strip()
+        assert words in error and len(error.splitlines()) == 1
+        assert not (tmp_path / "c.csv").exists()
+
+    def test_a_file_that_is_not_safetensors_is_refused_naming_it(self, npz_data, tmp_path, capsys):
+        _, _, data, _ = npz_data
+        bogus = tmp_path / "weights.safetensors"
+        bogus.write_bytes(b"\xff" * 64)
+        assert main(["certify", str(bogus), str(data), "--module", "flat-mlp", "--out", str(tmp_path / "c.csv")]) != 0
+        error = capsys.readouterr().err.strip()
+        assert str(bogus) in error and len(error.splitlines()) == 1
