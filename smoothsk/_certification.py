@@ -230,8 +230,9 @@ def _certify_sample_wise(smoothing, X, engine, regions):
     p_lower = np.zeros(len(X))
     n_samples = np.zeros(len(X), dtype=np.int64)
     prediction[rows], p_lower[rows], n_samples[rows] = classified.prediction, classified.p_lower, classified.n_samples
-    radius = sigma_function.g_radius(chosen.sigma, p_lower, chosen.radius_cap, smoothing.n_features)
-    if chosen.level_reach is not None:
+    if chosen.level_reach is None:
+        radius = sigma_function.g_radius(chosen.sigma, p_lower, chosen.radius_cap, smoothing.n_features)
+    else:
         radius, reachable_samples = _widen_to_reachable_levels(engine, X_t, sampler, chosen, prediction, p_lower,
                                                                level_alpha)
         n_samples += reachable_samples

@@ -558,15 +558,16 @@ class MonteCarloEngine:
         if self.device.type == "cuda":
             X = X.pin_memory()
         X = X.to(self.device, non_blocking=True)
+        channels_last = self._channels_last(X)  # decided once per call, for every worker's batches
         if X.dim() == 4:
-            layout = torch.channels_last if self._channels_last(X) else torch.contiguous_format
+            layout = torch.channels_last if channels_last else torch.contiguous_format
             X = X.contiguous(memory_format=layout)
             self.module.to(memory_format=layout)
         sigma_t = torch.as_tensor(sigma, dtype=_noise_dtype(X.dtype), device=self.device)
         # Sample ends on the device: the owner of each copy is found there, with no host copy per batch.
         ends_t = torch.as_tensor(ends, device=self.device)
         plan = (X, sigma_t, starts, ends, ends_t, self._ids(n_inputs), stage_key(self.root_seed, stage), total,
-                soft)
+                soft, channels_last)
         runs = np.array_split(batch_starts, self._n_workers(len(batch_starts)))
         if len(runs) == 1:
             parts = [self._run_batches(plan, runs[0])]
@@ -600,7 +601,7 @@ class MonteCarloEngine:
         and the number of copies whose output had no class (NaN logits), which
         add nothing.
         """
-        X, sigma, starts, ends, ends_t, input_ids, key, total, soft = plan
+        X, sigma, starts, ends, ends_t, input_ids, key, total, soft, channels_last = plan
         first = int(np.searchsorted(ends, batch_starts[0], side="right"))
         last_sample = min(int(batch_starts[-1]) + self.batch_size, total)
         last = int(np.searchsorted(ends, last_sample - 1, side="right"))
@@ -608,7 +609,7 @@ class MonteCarloEngine:
                                   dtype=torch.float64 if soft else torch.int64, device=self.device)
         noise_dtype = _noise_dtype(X.dtype)
         stored, noise = _noise_buffer(min(self.batch_size, total), tuple(X.shape[1:]), noise_dtype, self.device,
-                                      self._channels_last(X))
+                                      channels_last)
         undefined = torch.zeros((), dtype=torch.int64, device=self.device)
         source = _NoiseSource(key, stored.shape[1:], noise_dtype, self.device, self._accelerated())
         for batch_start in batch_starts:
