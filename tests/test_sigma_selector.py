@@ -268,11 +268,28 @@ class TestFit:
             classifier_engine=functools.partial(MonteCarloEngine, SlabLogits(), 2, 1000), levels=None,
             assignment_levels=None, train_sigmas=None, module_class=None, module_params={},
             optimizer_factory=functools.partial(torch.optim.SGD, lr=0.05), max_epochs=0, batch_size=16,
-            device=torch.device("cpu"), random_state=0)
+            device=torch.device("cpu"), random_state=0, certify_samples=FixedSampler().prediction_sample_size)
         fitted = search.fit_sigma(context, torch.from_numpy(X), torch.as_tensor(y))
         np.testing.assert_array_equal(fitted.train_levels_, clf.sigma_search_.train_levels_)
         for key, value in clf.sigma_search_.selector_module_.state_dict().items():
             assert torch.equal(fitted.selector_module_.state_dict()[key], value), key
+
+    def test_targets_score_levels_at_the_certification_budget(self):
+        # The slab's centre (|x0| < 0.1, half width 1): at sigma 0.25 the class probability is 1 - 6e-5, at 0.6
+        # it is 0.90. Certified with n = 100,000 (alpha 0.001), sigma 0.25 reaches 0.25 * PhiInv(~0.9999) = 0.89
+        # and sigma 0.6 0.6 * PhiInv(~0.90) = 0.78: the small level serves these inputs. 500 samples alone cap
+        # sigma 0.25 at 0.25 * PhiInv(0.001 ** (1 / 500)) = 0.55, below sigma 0.6's 0.68: scored at 500
+        # samples, every target would be the large level.
+        rng = np.random.default_rng(0)
+        centre = np.column_stack([rng.uniform(-0.1, 0.1, 200), rng.uniform(-1, 1, 200)])
+        outside = np.column_stack([rng.uniform(2.5, 3, 20), rng.uniform(-1, 1, 20)])  # class 0 at both levels
+        X = np.concatenate([centre, outside]).astype(np.float32)
+        search = CertifiedSigmaSelector(levels=(0.25, 0.6), n=100, selector_epochs=0, min_level_gain=None,
+                                        target_neighbors=1)
+        clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=search, random_state=0,
+                                           sampler=FixedSampler(n=100_000), certify_batch_size=1000)
+        targets = clf.fit(X, np.repeat([1, 0], [200, 20])).sigma_search_.train_levels_
+        assert np.mean(targets[:200] == 0) > 0.9
 
     def test_target_neighbors_make_nearby_targets_agree(self):
         # Slab inputs: which of the levels certifies the largest radius varies from input to input (its

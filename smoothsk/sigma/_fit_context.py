@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import _stages
+from .. import _params, _stages
 from ..engine import MonteCarloEngine
 from ..experts import takes_noise_level
 
@@ -87,6 +87,10 @@ class SigmaFitContext:
         The estimator's device.
     random_state : int, RandomState instance or None
         The estimator's; :meth:`seed` derives the seed of each purpose from it.
+    certify_samples : int
+        Noisy samples per input of the estimator's certificates at most (its
+        sampler's ``prediction_sample_size``: ``n``, or ``n_max``): the
+        budget at which a training target's radius is estimated.
     """
 
     classifier_engine: Callable
@@ -100,6 +104,7 @@ class SigmaFitContext:
     batch_size: int | None
     device: torch.device
     random_state: object
+    certify_samples: int
 
     def seed(self, salt):
         """The estimator's seed for one purpose: ``salt`` is one of :mod:`smoothsk._stages`' ``*_SALT`` values.
@@ -149,4 +154,5 @@ class SigmaFitContext:
             max_epochs=estimator.max_epochs,
             batch_size=None if estimator.batch_size == -1 else int(estimator.batch_size),
             device=torch.device(estimator.device),
-            random_state=estimator.random_state)
+            random_state=estimator.random_state,
+            certify_samples=int(_params.component(estimator, "sampler").prediction_sample_size))

@@ -116,8 +116,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     ``fit``): each training sample's target is its best level, the labelled
     grid assignment of PFAT Eq. 5 over ``levels`` with the trained
     classifier (largest estimated radius among levels where the smoothed
-    prediction is the label; 500 samples per level), reused from PFAT's
-    schedule when its assignment is that grid. The selector is trained on
+    prediction is the label; 500 samples per level, each radius the one a
+    certificate from the estimator's sampler's ``n`` (or ``n_max``) samples
+    would get at that frequency), reused from PFAT's schedule when its
+    assignment is that grid. The selector is trained on
     these targets by cross-entropy under Gaussian noise of ``selector_sigma``
     (Gaussian data augmentation, so that its smoothed version is accurate),
     with the estimator's optimizer, learning rate and batch size, for

@@ -41,7 +41,11 @@ def training_targets(context, X, y, levels, target_neighbors=None, min_level_gai
     level for every sample) and neither neighbours nor level gains are
     asked for; else the trained classifier's estimated radius at each level
     (500 samples, largest among levels where the smoothed prediction is the
-    label), from the seed of :data:`~smoothsk._stages.SELECTOR_ASSIGNMENT_SALT`.
+    label), from the seed of :data:`~smoothsk._stages.SELECTOR_ASSIGNMENT_SALT`,
+    each radius the one a certificate of the estimator's budget would get at
+    that frequency (``sigma_radii``'s ``budget``): 500 samples alone cap a
+    small level's radius well below its cap at the budget, and would send
+    the selector to large levels that certify less.
     A sample that no level classifies correctly gets no target (-1): it
     says nothing about which level serves it, and as the first level among
     ties (radius 0 everywhere) it would push the selector to the smallest
@@ -75,7 +79,8 @@ def training_targets(context, X, y, levels, target_neighbors=None, min_level_gai
             return match.argmax(axis=1)
     engine = context.classifier_engine(root_seed=context.seed(SELECTOR_ASSIGNMENT_SALT))
     with evaluating(engine.module):
-        radius = sigma_radii(engine, X, levels, _ASSIGN_SAMPLES, _ASSIGN_ALPHA, y.cpu().numpy())
+        radius = sigma_radii(engine, X, levels, _ASSIGN_SAMPLES, _ASSIGN_ALPHA, y.cpu().numpy(),
+                             budget=context.certify_samples)
     uncertified = radius.max(axis=0) == 0
     if target_neighbors is not None:
         flat = X.reshape(len(X), -1).cpu().numpy()
