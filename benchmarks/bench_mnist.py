@@ -307,10 +307,10 @@ def main():
                                          "certified_accuracy.png), e.g. docs/results/mnist")
     parser.add_argument("--loop-images", type=int, default=20,
                         help="images timed against Cohen et al.'s per-input loop (0: skip; default 20)")
-    for option in ("n", "images", "epochs", "train"):
-        parser.add_argument(f"--{option}", type=int, help=f"override the mode's {option} (train: the first so many "
-                                                          "training images, to measure what the training set's size "
-                                                          "costs)")
+    for option, meaning in (("n", "noisy samples per certificate"), ("images", "certify images, the first so many"),
+                            ("epochs", "training epochs"),
+                            ("train", "training images, the first so many: what the training set's size costs")):
+        parser.add_argument(f"--{option}", type=int, help=f"override the mode's {option} ({meaning})")
     args = parser.parse_args()
     splits = load_mnist_protocol(args.data)
     settings = ({"n": 10_000, "images": 100, "epochs": 10} if args.quick else
