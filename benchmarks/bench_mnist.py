@@ -13,12 +13,12 @@ Rows: Gaussian (Cohen et al.), Consistency (m = 2, eta 0.5, lambda 10 at sigma
 m = 4) and SmoothAdv + Consistency. Per-input sigma over one training's three
 models (``router-<training>``): the three LeNets as experts of a
 ``NoiseLevelExperts``, used as trained (``Pretrained``), routed by a
-``CertifiedSigmaSelector`` with its defaults fitted on the training split:
-certificates of ``G``, stateless, its samples per image counting the
-selector's, and the share of correct images whose radius the selector's R1
-caps. ``router-reachable-<training>``: the same fitted router with
-``certify_reachable_levels=True`` (where R1 caps a radius, the experts of the
-levels the selector may switch to are certified too). ``pfat-selector``: one
+``CertifiedSigmaSelector`` with its defaults (n = 10,000 selector samples) fitted on the training split
+(where R1 caps a radius, the experts of the levels the selector may switch
+to are certified too): certificates of ``G``, stateless, its samples per
+image counting the selector's, and the share of correct images whose radius
+the selector's R1 caps. ``router-plain-<training>``: the same fitted router
+with ``certify_reachable_levels=False`` (the radius ``min(R1, R2)``). ``pfat-selector``: one
 LeNet trained with PFAT's schedule over 0.25-1.0
 and the selector with its defaults (the single-model path).
 ``oracle-<training>``: each image's best of the three by their own
@@ -144,8 +144,8 @@ def router(name, splits, settings, out):
         return SampleWiseSmoothedClassifier.load(model_path), None
     experts = [trained(name, sigma, splits, settings, out)[0].module_ for sigma in SIGMAS]
     clf = SampleWiseSmoothedClassifier(
-        NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(
-            n=settings["n"]), max_epochs=settings["epochs"], lr=0.05, optimizer__momentum=0.9, batch_size=64,
+        NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(),
+        max_epochs=settings["epochs"], lr=0.05, optimizer__momentum=0.9, batch_size=64,
         sampler=FixedSampler(n=settings["n"], n0=100), alpha=0.001, certify_batch_size=1000, random_state=0)
     start = time.perf_counter()
     train = slice(0, settings["train"])
@@ -169,7 +169,7 @@ def pfat_selector(splits, settings):
         LeNet, training=PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=settings["epochs"] - half,
                                          finetune_lr=0.005, objective=GaussianNoise(2),
                                          assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=100)),
-        sigma_search=CertifiedSigmaSelector(n=settings["n"]), max_epochs=settings["epochs"], lr=0.05,
+        sigma_search=CertifiedSigmaSelector(), max_epochs=settings["epochs"], lr=0.05,
         optimizer__momentum=0.9, batch_size=64, sampler=FixedSampler(n=settings["n"], n0=100), alpha=0.001,
         certify_batch_size=1000, random_state=0)
     start = time.perf_counter()
@@ -192,9 +192,9 @@ def run_row(name, sigma, splits, settings, out):
         return json.loads(result_path.read_text())
     if name == "pfat-selector":
         clf, train_seconds = pfat_selector(splits, settings)
-    elif name.startswith("router-reachable-"):
-        clf, train_seconds = router(name.removeprefix("router-reachable-"), splits, settings, out)
-        clf.set_params(sigma_search__certify_reachable_levels=True)
+    elif name.startswith("router-plain-"):
+        clf, train_seconds = router(name.removeprefix("router-plain-"), splits, settings, out)
+        clf.set_params(sigma_search__certify_reachable_levels=False)
     elif sigma is None:
         clf, train_seconds = router(name.removeprefix("router-"), splits, settings, out)
     else:

@@ -7,7 +7,14 @@ from smoothsk._components import Component
 from smoothsk.models import DigitsCNN
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch
-from smoothsk.training import DataDependentTraining, GaussianNoise, InstaRSTrain, PretrainFinetune, SmoothAdv
+from smoothsk.training import (
+    Consistency,
+    DataDependentTraining,
+    GaussianNoise,
+    InstaRSTrain,
+    PretrainFinetune,
+    SmoothAdv,
+)
 
 
 class TestSetParams:
@@ -61,8 +68,8 @@ class TestNestedDefaults:
         assert clf.get_params()[f"training__{key}"] == value
 
     def test_the_selectors_default_objective_takes_nested_parameters(self):
-        search = CertifiedSigmaSelector().set_params(selector_objective__num_noise=3)
-        assert isinstance(search.selector_objective, GaussianNoise) and search.selector_objective.num_noise == 3
+        search = CertifiedSigmaSelector().set_params(selector_objective__lbd=2.0)
+        assert isinstance(search.selector_objective, Consistency) and search.selector_objective.lbd == 2.0
 
     def test_a_sub_component_without_a_default_is_named(self):
         with pytest.raises(ValueError, match=r"inner__value: Holder's inner is None"):

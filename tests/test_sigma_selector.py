@@ -26,6 +26,7 @@ from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import BaseSigmaSearch, CertifiedSigmaSelector, GridSigmaSearch, SigmaFitContext, SigmaSearchResult
 from smoothsk.training import (
     BaseObjective,
+    Consistency,
     DataDependentTraining,
     FixedSigmaTraining,
     GaussianNoise,
@@ -124,16 +125,19 @@ class SevenInputs(torch.nn.Module):
 
 
 class TestSoundnessForG:
-    def test_certificates_of_g_hold_on_their_discs(self):
+    @pytest.mark.parametrize("reachable", [True, False])
+    def test_certificates_of_g_hold_on_their_discs(self, reachable):
         alpha = 0.05
         X = disc_inputs(300)
-        prediction, radius, details = slab_classifier(exact_selector()).certify(X, return_details=True)
+        prediction, radius, details = slab_classifier(exact_selector(certify_reachable_levels=reachable)).certify(
+            X, return_details=True)
         assert details.guarantee.startswith("G (sample-wise classifier)")
         certified = np.flatnonzero(prediction != ABSTAIN)
         assert len(certified) > 250 and (radius[certified] > 0).mean() > 0.8  # the test has something to check
         failures = sum(g_disagrees_on_disc(X[i], radius[i], prediction[i]) for i in certified)
         assert failures <= binomial_bound(len(certified), alpha)
-        assert np.all(radius <= details.radius_cap)
+        if not reachable:  # the plain certificate: R1 caps every radius
+            assert np.all(radius <= details.radius_cap)
 
     def test_own_sigma_certificates_fail_for_g(self):
         # Today's NoRegions at each input's own (exact) sigma: sound for g(., sigma(x)), not for G.
@@ -155,6 +159,7 @@ class TestSoundnessForG:
 
 
 class TestAlphaSplit:
+    # The plain certificate, min(R1, R2); the reachable levels' split is tested in tests/test_experts.py.
     def test_selector_and_classifier_sample_on_distinct_stages_at_split_alpha(self, monkeypatch):
         calls = []
         original = MonteCarloEngine.class_counts
@@ -177,7 +182,7 @@ class TestAlphaSplit:
                 return super()._certify_sigma(engine, X, alpha)
 
         selector = RecordingSelector(levels=LEVELS, selector=LevelSelectorLogits((0.0,), axis=1),
-                                     fit_selector=False, n=200, alpha_share=0.3)
+                                     fit_selector=False, n=200, alpha_share=0.3, certify_reachable_levels=False)
         clf = slab_classifier(selector, sampler=RecordingSampler(n=200, n0=20), alpha=0.01)
         X = disc_inputs(20)
         calls.clear()
@@ -196,8 +201,8 @@ class TestAlphaSplit:
         assert alphas == {"selector": pytest.approx(0.3 * 0.01), "classifier": pytest.approx(0.7 * 0.01)}
 
     def test_details_report_the_selector_radius_and_samples(self):
-        prediction, radius, details = slab_classifier(exact_selector(n=500)).certify(disc_inputs(30),
-                                                                                      return_details=True)
+        prediction, radius, details = slab_classifier(exact_selector(n=500, certify_reachable_levels=False)).certify(
+            disc_inputs(30), return_details=True)
         assert set(details.sigma) <= set(LEVELS)
         np.testing.assert_array_equal(details.sigma_samples, 600)
         assert np.all(details.n_samples[prediction != ABSTAIN] == 2100)
@@ -329,10 +334,10 @@ class TestFit:
                                            lr=0.05, batch_size=64, certify_batch_size=1000).fit(X, y)
         return clf.sigma_search_, X
 
-    def test_selector_sigma_none_is_one_and_a_half_times_the_largest_level(self):
-        # levels (0.25, 0.5, 2.0): None must train and certify exactly as selector_sigma=3.0 does.
+    def test_selector_sigma_none_is_three_quarters_of_the_largest_level(self):
+        # levels (0.25, 0.5, 2.0): None must train and certify exactly as selector_sigma=1.5 does.
         default, X = self.fit_selector_on_the_slab(selector_sigma=None)
-        explicit, _ = self.fit_selector_on_the_slab(selector_sigma=3.0)
+        explicit, _ = self.fit_selector_on_the_slab(selector_sigma=1.5)
         engine = MonteCarloEngine(SlabLogits(), 2, 1000, root_seed=0)
         X = torch.from_numpy(X[:50])
         a, b = default.certify_sigma(engine, X, 0.01), explicit.certify_sigma(engine, X, 0.01)
@@ -340,12 +345,15 @@ class TestFit:
         np.testing.assert_array_equal(a.sigma, b.sigma)
         assert np.max(a.radius_cap) > 1.0  # beyond what the old default noise (0.25) could certify at n = 200
 
-    def test_selector_objective_one_gaussian_copy_is_the_default_training(self):
+    def test_selector_objective_consistency_is_the_default_training(self):
         default, _ = self.fit_selector_on_the_slab()
+        consistency, _ = self.fit_selector_on_the_slab(selector_objective=Consistency(lbd=5.0, eta=0.5))
         gaussian, _ = self.fit_selector_on_the_slab(selector_objective=GaussianNoise(num_noise=1))
-        np.testing.assert_array_equal(gaussian.train_levels_, default.train_levels_)
+        np.testing.assert_array_equal(consistency.train_levels_, default.train_levels_)
         for key, value in default.selector_module_.state_dict().items():
-            assert torch.equal(gaussian.selector_module_.state_dict()[key], value), key
+            assert torch.equal(consistency.selector_module_.state_dict()[key], value), key
+        assert any(not torch.equal(gaussian.selector_module_.state_dict()[key], value)
+                   for key, value in default.selector_module_.state_dict().items())
 
     def test_selector_objective_trains_the_selector(self):
         class FirstLevel(BaseObjective):
@@ -393,7 +401,8 @@ class TestFit:
         X = disc_inputs(50)
         clf = SampleWiseSmoothedClassifier(
             SlabLogits, training=training, sigma_search=CertifiedSigmaSelector(n=100, selector_epochs=1,
-                                                                              min_level_gain=None),
+                                                                              min_level_gain=None,
+                                                                              target_neighbors=None),
             random_state=0).fit(X, (np.abs(X[:, 0]) < 1).astype(int))
         fitted = clf.sigma_search_
         np.testing.assert_allclose(fitted.levels_, [0.25, 0.3, 0.35, 0.4, 0.45, 0.5])
