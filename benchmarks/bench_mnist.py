@@ -22,7 +22,15 @@ with ``certify_reachable_levels=False`` (the radius ``min(R1, R2)``). ``pfat-sel
 LeNet trained with PFAT's schedule over 0.25-1.0
 and the selector with its defaults (the single-model path).
 ``oracle-<training>``: each image's best of the three by their own
-certificates, a ceiling and not a certificate. Last, the certify time per
+certificates, a ceiling and not a certificate. The papers' sample-wise
+methods on LeNet, each row labelled with the classifier its certificates are
+about: ``pfat-online`` (PFAT's schedule over 0.25-1.0, its grid search at
+test time, ``OnlineBallAllocator``: a stateful region classifier),
+``insta-rs`` (Insta-RS Train and multi-start FGSS from sigma 0.25, levels up
+to 1.0: the own-sigma ``g``), ``ddrs-memory`` (DDRS's data-dependent training
+and gradient search from 0.25, ``MemoryAllocator``), and ``iss-<sigma>`` /
+``sequential-<sigma>`` (the Gaussian model at ``sigma`` certified with
+``InputSpecificSampler`` / ``SequentialSampler`` at ``n_max = n``). Last, the certify time per
 image against Cohen et al.'s per-input loop (``core.py``) on the Gaussian
 sigma-0.25 LeNet (``--loop-images``).
 
@@ -49,13 +57,16 @@ from smoothsk.datasets import load_mnist_protocol
 from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.models import LeNet
-from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch
+from smoothsk.regions import MemoryAllocator, OnlineBallAllocator
+from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
+from smoothsk.sigma import CertifiedSigmaSelector, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
 from smoothsk.statistics import certified_radius
 from smoothsk.training import (
     Consistency,
+    DataDependentTraining,
     FixedSigmaTraining,
     GaussianNoise,
+    InstaRSTrain,
     Macer,
     Pretrained,
     PretrainFinetune,
@@ -84,6 +95,12 @@ PUBLISHED_CURVE = {
     "smoothadv": (0.949, 0.896, 0.800, 0.636, 0.430, 0.229),
     "smoothadv+consistency": (0.930, 0.876, 0.787, 0.634, 0.451, 0.297),
 }
+
+
+#: Sample-wise rows, which have no sigma of their own.
+SAMPLE_WISE_ROWS = ("pfat-online", "insta-rs", "ddrs-memory")
+#: Sampler rows (``<name>-<sigma>``): the Gaussian model at that sigma, certified with this sampler.
+SAMPLERS = {"iss": InputSpecificSampler, "sequential": SequentialSampler}
 
 
 def objective(name, sigma):
@@ -178,6 +195,40 @@ def pfat_selector(splits, settings):
     return clf, time.perf_counter() - start
 
 
+def sample_wise_params(name, epochs):
+    """Estimator parameters of sample-wise row ``name`` over MNIST's sigma range 0.25-1.0 (the papers' schedules)."""
+    half = max(1, epochs // 2)
+    if name == "pfat-online":
+        return {"training": PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=epochs - half,
+                                             finetune_lr=0.005, objective=GaussianNoise(2),
+                                             assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=100)),
+                "sigma_search": GridSigmaSearch(0.25, 1.0, 0.25, n=200), "allocator": OnlineBallAllocator()}
+    if name == "insta-rs":  # levels sqrt(l) * 0.25, l = 1..16: sigma 0.25 to 1.0
+        return {"training": InstaRSTrain(sigma0=0.25, max_level=16, update_every=max(1, half // 15),
+                                         stage1_epochs=half, stage2_epochs=epochs - half, stage2_lr=0.005),
+                "sigma_search": MultiStartFGSS(0.25, 16, n=200)}
+    return {"training": DataDependentTraining(0.25, steps=1, lr=0.01, warmup_epochs=epochs // 4),  # ddrs-memory
+            "sigma_search": GradientSigmaSearch(0.25, steps=100, lr=0.002, sigma_max=2.0),
+            "allocator": MemoryAllocator()}
+
+
+def sample_wise(name, splits, settings, out):
+    """Sample-wise row ``name``'s LeNet, trained and saved, or read back; and its training seconds (None)."""
+    model_path = out / f"{name}-e{settings['epochs']}.safetensors"
+    if model_path.exists():
+        return SampleWiseSmoothedClassifier.load(model_path), None
+    clf = SampleWiseSmoothedClassifier(
+        LeNet, **sample_wise_params(name, settings["epochs"]), max_epochs=settings["epochs"], lr=0.05,
+        optimizer__momentum=0.9, batch_size=64, sampler=FixedSampler(n=settings["n"], n0=100), alpha=0.001,
+        certify_batch_size=1000, random_state=0)
+    start = time.perf_counter()
+    train = slice(0, settings["train"])
+    clf.fit(splits.X_train[train], splits.y_train[train])
+    seconds = time.perf_counter() - start
+    clf.save(model_path)
+    return clf, seconds
+
+
 def run_row(name, sigma, splits, settings, out):
     """Train (or read back) and certify (resuming) one row; its results as a dict, also written to ``out``.
 
@@ -195,6 +246,11 @@ def run_row(name, sigma, splits, settings, out):
     elif name.startswith("router-plain-"):
         clf, train_seconds = router(name.removeprefix("router-plain-"), splits, settings, out)
         clf.set_params(sigma_search__certify_reachable_levels=False)
+    elif name in SAMPLE_WISE_ROWS:
+        clf, train_seconds = sample_wise(name, splits, settings, out)
+    elif name in SAMPLERS:
+        clf, train_seconds = trained("gaussian", sigma, splits, settings, out)
+        clf.set_params(sampler=SAMPLERS[name](n_max=settings["n"]))
     elif sigma is None:
         clf, train_seconds = router(name.removeprefix("router-"), splits, settings, out)
     else:
@@ -272,7 +328,8 @@ def table(rows, splits, settings, out):
     y = splits.y_certify[:settings["images"]]
     curves = {}
     for row in rows:
-        name, sigma = (row, None) if row.startswith(("router-", "oracle-", "pfat-")) else row.rsplit("-", 1)
+        name, sigma = (row, None) if row.startswith(("router-", "oracle-", "pfat-", "insta-", "ddrs-")) else (
+            row.rsplit("-", 1))
         sigma = None if sigma is None else float(sigma)
         if name.startswith("oracle-"):
             acr, curve = oracle([run_row(name.removeprefix("oracle-"), s, splits, settings, out) for s in SIGMAS], y)
@@ -288,7 +345,8 @@ def table(rows, splits, settings, out):
                      *(f"{value:.3f}" for value in result["curve"]),
                      "read back" if result["train_seconds"] is None else f"{result['train_seconds']:.0f}",
                      f"{result['certify_seconds_per_image']:.2f}", f"{result.get('samples_per_image', 0):.0f}",
-                     "-" if sigma is not None else f"{result['r1_capped']:.3f}", result.get("guarantee", "")]
+                     f"{result['r1_capped']:.3f}" if name.startswith(("router-", "pfat-selector")) else "-",
+                     result.get("guarantee", "")]
         lines.append("| " + " | ".join(cells) + " |")
         print(lines[-1] if len(lines) > 3 else "\n".join(lines), flush=True)
     return lines, curves
@@ -298,9 +356,10 @@ def main():
     parser = quick_parser(__doc__, "n = 10,000 on the first 100 certify images, 10 epochs")
     parser.add_argument("--rows", default=",".join(f"{name}-{sigma:g}" for name in PUBLISHED_ACR for sigma in SIGMAS),
                         help="comma-separated rows, each <training>-<sigma>, router-<training> (the sound router "
-                             "over that training's experts at 0.25, 0.5 and 1.0), pfat-selector (one PFAT model and "
-                             "the selector) or oracle-<training> (each image's best expert: a ceiling, not a "
-                             "certificate)")
+                             "over that training's experts at 0.25, 0.5 and 1.0), router-plain-<training>, "
+                             "pfat-selector (one PFAT model and the selector), oracle-<training> (each image's best "
+                             "expert: a ceiling, not a certificate), pfat-online, insta-rs, ddrs-memory, "
+                             "iss-<sigma> or sequential-<sigma>")
     parser.add_argument("--data", default="../shared/data/mnist", help="folder of the real MNIST files")
     parser.add_argument("--out", default="benchmarks/results/mnist", help="folder of the models and checkpoints")
     parser.add_argument("--report", help="folder to write the results page into (results.md and "
