@@ -118,6 +118,31 @@ def objective(name, sigma):
             "smoothadv+consistency": Consistency(lbd=lbd, eta=0.5, base=smoothadv)}[name]
 
 
+def estimator_settings(settings):
+    """What every row's estimator shares: the optimiser, CERTIFY's sampler at ``n``, alpha, batches, seed."""
+    return {"lr": 0.05, "optimizer__momentum": 0.9, "batch_size": 64, "sampler": FixedSampler(n=settings["n"], n0=100),
+            "alpha": 0.001, "certify_batch_size": 1000, "random_state": 0}
+
+
+def fitted(model_path, estimator, splits, settings):
+    """``estimator`` fitted on the training split and saved at ``model_path``, or the model read back from there.
+
+    Returns
+    -------
+    clf : SampleWiseSmoothedClassifier
+    seconds : float or None
+        The fit's seconds; None when read back.
+    """
+    if model_path.exists():
+        return SampleWiseSmoothedClassifier.load(model_path), None
+    start = time.perf_counter()
+    train = slice(0, settings["train"])
+    estimator.fit(splits.X_train[train], splits.y_train[train])
+    seconds = time.perf_counter() - start
+    estimator.save(model_path)
+    return estimator, seconds
+
+
 def classifier(name, sigma, settings):
     """An unfitted LeNet estimator for row ``name`` at ``sigma``: the published schedule, lr / 10 every third.
 
@@ -128,8 +153,7 @@ def classifier(name, sigma, settings):
     decay = LRScheduler(policy="StepLR", step_size=max(1, settings["epochs"] // 3), gamma=0.1)
     return SampleWiseSmoothedClassifier(
         LeNet, training=FixedSigmaTraining(sigma, objective(name, sigma)), max_epochs=settings["epochs"],
-        lr=0.05, optimizer__momentum=0.9, batch_size=64, sampler=FixedSampler(n=settings["n"], n0=100),
-        alpha=0.001, certify_batch_size=1000, random_state=0, callbacks=[("lr_decay", decay)])
+        callbacks=[("lr_decay", decay)], **estimator_settings(settings))
 
 
 def stem(name, sigma, splits, settings, model=False):
@@ -146,14 +170,7 @@ def stem(name, sigma, splits, settings, model=False):
 def trained(name, sigma, splits, settings, out):
     """Row ``name``'s classifier at ``sigma``, trained and saved, or read back; and its training seconds (None)."""
     model_path = out / f"{stem(name, sigma, splits, settings, model=True)}.safetensors"
-    if model_path.exists():
-        return SampleWiseSmoothedClassifier.load(model_path), None
-    start = time.perf_counter()
-    train = slice(0, settings["train"])
-    clf = classifier(name, sigma, settings).fit(splits.X_train[train], splits.y_train[train])
-    seconds = time.perf_counter() - start
-    clf.save(model_path)
-    return clf, seconds
+    return fitted(model_path, classifier(name, sigma, settings), splits, settings)
 
 
 def router(name, splits, settings, out):
@@ -170,19 +187,12 @@ def router(name, splits, settings, out):
     if model_path.exists():
         return SampleWiseSmoothedClassifier.load(model_path), None
     experts = [trained(name, sigma, splits, settings, out)[0].module_ for sigma in SIGMAS]
-    clf = SampleWiseSmoothedClassifier(
+    return fitted(model_path, SampleWiseSmoothedClassifier(
         NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(),
-        max_epochs=min(settings["epochs"], SELECTOR_EPOCHS), lr=0.05, optimizer__momentum=0.9, batch_size=64,
-        sampler=FixedSampler(n=settings["n"], n0=100), alpha=0.001, certify_batch_size=1000, random_state=0)
-    start = time.perf_counter()
-    train = slice(0, settings["train"])
-    clf.fit(splits.X_train[train], splits.y_train[train])
-    seconds = time.perf_counter() - start
-    clf.save(model_path)
-    return clf, seconds
+        max_epochs=min(settings["epochs"], SELECTOR_EPOCHS), **estimator_settings(settings)), splits, settings)
 
 
-def pfat_selector(splits, settings):
+def pfat_selector(splits, settings, out):
     """One LeNet trained with PFAT's schedule over the levels 0.25, 0.5, 0.75, 1.0, routed by the selector.
 
     ``PretrainFinetune(0.25, 1.0)`` with Gaussian noise (two copies, the
@@ -192,17 +202,12 @@ def pfat_selector(splits, settings):
     certificates of ``G``.
     """
     half = settings["epochs"] // 2
-    clf = SampleWiseSmoothedClassifier(
+    return fitted(out / f"pfat-selector-e{settings['epochs']}.safetensors", SampleWiseSmoothedClassifier(
         LeNet, training=PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=settings["epochs"] - half,
                                          finetune_lr=0.005, objective=GaussianNoise(2),
                                          assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=100)),
-        sigma_search=CertifiedSigmaSelector(), max_epochs=settings["epochs"], lr=0.05,
-        optimizer__momentum=0.9, batch_size=64, sampler=FixedSampler(n=settings["n"], n0=100), alpha=0.001,
-        certify_batch_size=1000, random_state=0)
-    start = time.perf_counter()
-    train = slice(0, settings["train"])
-    clf.fit(splits.X_train[train], splits.y_train[train])
-    return clf, time.perf_counter() - start
+        sigma_search=CertifiedSigmaSelector(), max_epochs=settings["epochs"], **estimator_settings(settings)),
+        splits, settings)
 
 
 def sample_wise_params(name, epochs):
@@ -224,19 +229,9 @@ def sample_wise_params(name, epochs):
 
 def sample_wise(name, splits, settings, out):
     """Sample-wise row ``name``'s LeNet, trained and saved, or read back; and its training seconds (None)."""
-    model_path = out / f"{name}-e{settings['epochs']}.safetensors"
-    if model_path.exists():
-        return SampleWiseSmoothedClassifier.load(model_path), None
-    clf = SampleWiseSmoothedClassifier(
-        LeNet, **sample_wise_params(name, settings["epochs"]), max_epochs=settings["epochs"], lr=0.05,
-        optimizer__momentum=0.9, batch_size=64, sampler=FixedSampler(n=settings["n"], n0=100), alpha=0.001,
-        certify_batch_size=1000, random_state=0)
-    start = time.perf_counter()
-    train = slice(0, settings["train"])
-    clf.fit(splits.X_train[train], splits.y_train[train])
-    seconds = time.perf_counter() - start
-    clf.save(model_path)
-    return clf, seconds
+    return fitted(out / f"{name}-e{settings['epochs']}.safetensors", SampleWiseSmoothedClassifier(
+        LeNet, **sample_wise_params(name, settings["epochs"]), max_epochs=settings["epochs"],
+        **estimator_settings(settings)), splits, settings)
 
 
 def run_row(name, sigma, splits, settings, out):
@@ -252,7 +247,7 @@ def run_row(name, sigma, splits, settings, out):
     if result_path.exists():
         return json.loads(result_path.read_text())
     if name == "pfat-selector":
-        clf, train_seconds = pfat_selector(splits, settings)
+        clf, train_seconds = pfat_selector(splits, settings, out)
     elif name.startswith("router-plain-"):
         clf, train_seconds = router(name.removeprefix("router-plain-"), splits, settings, out)
         clf.set_params(sigma_search__certify_reachable_levels=False)
