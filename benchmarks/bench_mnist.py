@@ -126,8 +126,19 @@ def estimator_settings(settings):
             "alpha": 0.001, "certify_batch_size": 1000, "random_state": 0}
 
 
+def read_back(model_path, settings):
+    """The model saved at ``model_path``, certifying with CERTIFY at this run's ``n``.
+
+    Models are stored once per training and epochs: the file keeps the
+    sampler of the run that trained it, which another run's ``--n`` replaces.
+    """
+    return SampleWiseSmoothedClassifier.load(model_path).set_params(sampler=FixedSampler(n=settings["n"], n0=100))
+
+
 def fitted(model_path, estimator, splits, settings):
     """``estimator`` fitted on the training split and saved at ``model_path``, or the model read back from there.
+
+    A model read back certifies with this run's sampler (:func:`read_back`).
 
     Returns
     -------
@@ -136,7 +147,7 @@ def fitted(model_path, estimator, splits, settings):
         The fit's seconds; None when read back.
     """
     if model_path.exists():
-        return SampleWiseSmoothedClassifier.load(model_path), None
+        return read_back(model_path, settings), None
     start = time.perf_counter()
     train = slice(0, settings["train"])
     estimator.fit(splits.X_train[train], splits.y_train[train])
@@ -187,7 +198,7 @@ def router(name, splits, settings, out):
     """
     model_path = out / f"router-{stem(name, None, splits, settings, model=True)}.safetensors"
     if model_path.exists():
-        return SampleWiseSmoothedClassifier.load(model_path), None
+        return read_back(model_path, settings), None
     experts = [trained(name, sigma, splits, settings, out)[0].module_ for sigma in SIGMAS]
     return fitted(model_path, SampleWiseSmoothedClassifier(
         NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(),
