@@ -24,7 +24,7 @@ from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import DigitsCNN, FlatMLP, Normalize, Normalized
 from smoothsk.regions import OnlineBallAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler
-from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, SemiElasticSigma
+from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, SemiElasticSigma, _selector
 from smoothsk.training import GaussianNoise, Pretrained, PretrainFinetune
 
 from conftest import LinearLogits
@@ -550,6 +550,24 @@ class TestCertifiedSigmaFunctions:
         assert len(np.unique(details.sigma)) > 1  # the selector chooses: the test would see a wrong one
         assert_same_g_certificates(clf, loaded, X_test)
 
+    def test_selector_noise_resolved_at_fit_survives_a_new_default(self, heterogeneous_margins, tmp_path,
+                                                                    monkeypatch):
+        # selector_sigma=None: the file must keep the noise the selector was trained with, so that a later
+        # version's default (here the module constant moved) certifies the same G from the same file.
+        X, y = heterogeneous_margins
+        clf = SampleWiseSmoothedClassifier(
+            TinyNet, module__n_classes=12, max_epochs=2, lr=0.1, sampler=FixedSampler(n=200, n0=20), random_state=0,
+            sigma_search=CertifiedSigmaSelector(levels=(0.25, 0.5, 1.0), n=200, n0=20, selector_epochs=2,
+                                                certify_reachable_levels=False)).fit(X[:300], y[:300])
+        clf.save(tmp_path / "selector.safetensors")
+        prediction, radius, details = clf.certify(X[300:340], return_details=True)
+        monkeypatch.setattr(_selector, "SELECTOR_NOISE_PER_LEVEL", 3 * _selector.SELECTOR_NOISE_PER_LEVEL)
+        loaded = load(tmp_path / "selector.safetensors", module=TinyNet)
+        prediction_after, radius_after, details_after = loaded.certify(X[300:340], return_details=True)
+        np.testing.assert_array_equal(prediction_after, prediction, strict=True)
+        np.testing.assert_array_equal(radius_after, radius, strict=True)
+        np.testing.assert_array_equal(details_after.radius_cap, details.radius_cap, strict=True)
+
     def test_semi_elastic_round_trip(self, digits, tmp_path):
         X, y = digits
         clf = SampleWiseSmoothedClassifier(TinyNet, max_epochs=1, lr=0.1, sampler=FixedSampler(n=200, n0=20),
@@ -585,6 +603,7 @@ class TestCertifiedSigmaFunctions:
         ("reshape selector weight", r"sigma_search_ selector tensor 'linear.weight' has .*\[3, 63\].* in the file"),
         ("level out of range", r"sigma_search_ levels must be a non-empty float64 vector of distinct finite"),
         ("target out of range", r"sigma_search_ train_levels must be an int64 vector of indices into the 3 levels"),
+        ("negative noise", r"sigma_search_ selector_sigma must be a float64 scalar noise level > 0"),
         ("extra array", r"sigma_search_ has arrays \['payload'\] that a CertifiedSigmaSelector does not use"),
         ("no entry", r"the file holds sigma_search_ tensors .* but no sigma_search_ entry"),
         ("foreign class", r"parameter sigma_search_ names the class 'os.system', which is not on the allow-list"),
@@ -600,6 +619,8 @@ class TestCertifiedSigmaFunctions:
             tensors[weight] = tensors[weight][:, :-1].copy()
         elif forge == "level out of range":
             tensors["sigma_search_.levels"] = np.array([0.25, -0.5, 1.0])
+        elif forge == "negative noise":
+            tensors["sigma_search_.selector_sigma"] = np.array(-0.5)
         elif forge == "target out of range":
             tensors["sigma_search_.train_levels"] = tensors["sigma_search_.train_levels"] + 3
         elif forge == "extra array":

@@ -301,7 +301,7 @@ class TestOneClearError:
         document, tensors = read_file(flat_mlp_file)
         document["params"]["sigma_search"], document["sigma_search_"] = (
             {"class": "smoothsk.sigma.CertifiedSigmaSelector", "params": {"levels": [0.25]}} for _ in range(2))
-        tensors = {**tensors, "sigma_search_.levels": np.array([0.25])}
+        tensors = {**tensors, "sigma_search_.levels": np.array([0.25]), "sigma_search_.selector_sigma": np.array(0.5)}
         load(forge(tmp_path / "valid.safetensors", document, tensors))
         document["sigma_search_"]["params"][name] = value
         with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter 'sigma_search_' is invalid: .*'{name}'"):
@@ -401,7 +401,7 @@ def _hostile_files(flat_mlp_file, folder):
                        "target_neighbors": None}}
 
     selector_tensors = {**resnet_tensors, "regions_.centres": np.zeros((0, 3 * 4096 * 4096), np.float32),
-                        "sigma_search_.levels": np.array([0.25, 0.5]),
+                        "sigma_search_.levels": np.array([0.25, 0.5]), "sigma_search_.selector_sigma": np.array(0.25),
                         **{f"sigma_search_.selector.{key}": value.numpy() for key, value in
                            CifarResNet(n_classes=2, blocks=1, width=2).state_dict().items()}}
     return dict([

@@ -251,6 +251,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     ----------
     levels_ : ndarray of float, shape (K,)
         The levels in use.
+    selector_sigma_ : float
+        The selector's noise, resolved at fit (``selector_sigma``, or its
+        default then): training and certificates use it, and a model file
+        keeps it.
     selector_module_ : torch.nn.Module or None
         The selector (None when K = 1).
     train_levels_ : ndarray of int, shape (n_train,) or None
@@ -353,6 +357,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
 
     def _fit_sigma(self, context, X, y):
         self.levels_ = self._resolve_levels(context.levels)
+        # Resolved once, at fit: the selector certifies at the noise it was trained with, whatever later
+        # versions' default (a model file keeps this value, not None).
+        self.selector_sigma_ = (float(self.selector_sigma) if self.selector_sigma is not None
+                                else SELECTOR_NOISE_PER_LEVEL * float(np.max(self.levels_)))
         self.train_levels_ = None
         n_levels = len(self.levels_)
         if n_levels == 1:
@@ -393,12 +401,14 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         Returns
         -------
         arrays : dict of str to torch.Tensor
-            ``levels``: ``levels_``, float64, shape (K,); ``train_levels``:
+            ``levels``: ``levels_``, float64, shape (K,); ``selector_sigma``:
+            ``selector_sigma_``, float64, shape (); ``train_levels``:
             ``train_levels_``, int64, shape (n_train,), when the selector was
             trained here; ``selector.<key>``: the selector module's
             ``state_dict`` (when K > 1).
         """
-        arrays = {"levels": torch.from_numpy(np.array(self.levels_, dtype=np.float64))}
+        arrays = {"levels": torch.from_numpy(np.array(self.levels_, dtype=np.float64)),
+                  "selector_sigma": torch.tensor(self.selector_sigma_, dtype=torch.float64)}
         if self.train_levels_ is not None:
             arrays["train_levels"] = torch.from_numpy(np.array(self.train_levels_, dtype=np.int64))
         if self.selector_module_ is not None:
@@ -423,6 +433,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             raise ValueError(f"{source}: sigma_search_ levels must be a non-empty float64 vector of distinct "
                              f"finite noise levels > 0; got {levels!r}.")
         self.levels_ = levels.numpy()
+        noise = arrays.get("selector_sigma")
+        if not (isinstance(noise, torch.Tensor) and noise.dtype == torch.float64 and noise.ndim == 0
+                and bool(torch.isfinite(noise)) and float(noise) > 0):
+            raise ValueError(f"{source}: sigma_search_ selector_sigma must be a float64 scalar noise level > 0; "
+                             f"got {noise!r}.")
+        self.selector_sigma_ = float(noise)
         n_levels = len(self.levels_)
         self.train_levels_ = arrays.get("train_levels")
         if self.train_levels_ is not None:
@@ -433,7 +449,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                                  f"into the {n_levels} levels, or -1 (no target).")
         state = {name.removeprefix("selector."): value for name, value in arrays.items()
                  if name.startswith("selector.")}
-        unknown = sorted(set(arrays) - {"levels", "train_levels"} - {f"selector.{key}" for key in state})
+        unknown = sorted(set(arrays) - {"levels", "selector_sigma", "train_levels"}
+                         - {f"selector.{key}" for key in state})
         if unknown:
             raise ValueError(f"{source}: sigma_search_ has arrays {unknown} that a CertifiedSigmaSelector "
                              "does not use.")
@@ -465,10 +482,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     # ------------------------------------------------------------ certifying
 
     def _selector_noise(self):
-        """The selector's noise level: ``selector_sigma``, or where None the largest level times 1.5."""
-        if self.selector_sigma is not None:
-            return float(self.selector_sigma)
-        return SELECTOR_NOISE_PER_LEVEL * float(np.max(self.levels_))
+        """The selector's noise level, as resolved at fit (``selector_sigma_``)."""
+        return self.selector_sigma_
 
     def _selector_engine(self, engine):
         if not hasattr(self, "levels_"):
