@@ -131,12 +131,13 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     certificate from the estimator's sampler's ``n`` (or ``n_max``) samples
     would get at that frequency), reused from PFAT's schedule when its
     assignment is that grid. The selector is trained on
-    these targets by cross-entropy under Gaussian noise of ``selector_sigma``
-    (Gaussian data augmentation, so that its smoothed version is accurate),
-    with the estimator's optimizer, learning rate and batch size, for
-    ``selector_epochs`` epochs.
+    these targets with ``selector_objective`` (by default consistency
+    regularization: cross-entropy on two noisy copies plus their
+    disagreement) under Gaussian noise of ``selector_sigma`` (so that its
+    smoothed version is accurate), with the estimator's optimizer, learning
+    rate and batch size, for ``selector_epochs`` epochs.
 
-    With ``target_neighbors=k`` each sample's target is instead the level
+    With ``target_neighbors=k`` (default 100) each sample's target is the level
     with the largest estimated radius averaged over its ``k`` nearest
     training inputs (Euclidean, itself included; always from the selector's
     own assignment, never PFAT's): where neighbouring inputs' best levels are
@@ -154,8 +155,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     certify about the same radius. Training samples that no level
     classifies correctly are always left out of the selector's training.
 
-    With ``selector_objective`` the selector is trained with a training
-    objective of :mod:`smoothsk.training` instead, its labels the target
+    ``selector_objective`` is any training objective of
+    :mod:`smoothsk.training`, its labels the target
     levels and every sample's noise level ``selector_sigma``: e.g.
     ``GaussianNoise(num_noise=m)`` (``m`` noisy copies per input and step) or
     ``Macer(...)``, whose hinge on the soft radius (Zhai et al. 2020, Eq.
