@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import _params, _stages
+from .. import _stages
 from ..engine import MonteCarloEngine
 from ..experts import takes_noise_level
+from ..sampling import FixedSampler
 
 
 def classifier_levels(module, training):
@@ -155,4 +156,6 @@ class SigmaFitContext:
             batch_size=None if estimator.batch_size == -1 else int(estimator.batch_size),
             device=torch.device(estimator.device),
             random_state=estimator.random_state,
-            certify_samples=int(_params.component(estimator, "sampler").prediction_sample_size))
+            # sampler=None is the estimator's default FixedSampler (smoothsk._params, above this layer).
+            certify_samples=int((FixedSampler() if estimator.sampler is None else estimator.sampler)
+                                .prediction_sample_size))
