@@ -138,7 +138,7 @@ def read_back(model_path, settings):
 def fitted(model_path, estimator, splits, settings):
     """``estimator`` fitted on the training split and saved at ``model_path``, or the model read back from there.
 
-    A model read back certifies with this run's sampler (:func:`read_back`).
+    Either way the model is certified as read back (:func:`read_back`).
 
     Returns
     -------
@@ -153,7 +153,9 @@ def fitted(model_path, estimator, splits, settings):
     estimator.fit(splits.X_train[train], splits.y_train[train])
     seconds = time.perf_counter() - start
     estimator.save(model_path)
-    return estimator, seconds
+    # Certify the model as a later run reads it back (no callbacks, this run's sampler): a checkpoint's
+    # fingerprint covers the estimator's parameters, so an interrupted row then resumes in a new process.
+    return read_back(model_path, settings), seconds
 
 
 def classifier(name, sigma, settings):
