@@ -95,7 +95,9 @@ class Smoothing:
         -------
         MonteCarloEngine
         """
-        self.module.eval()
+        # On the engine's device, as the selector's module is: a model fitted or
+        # loaded on one device, then set to another, certifies there.
+        self.module.to(self.device).eval()
         engine = MonteCarloEngine(self.module, self.n_classes, self.batch_size, self.device,
                                   None if one_worker else self.n_jobs, root_seed=root_seed, progress=progress,
                                   autocast=None if self.autocast is None else getattr(torch, self.autocast),

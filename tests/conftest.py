@@ -20,6 +20,12 @@ from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma
 from smoothsk.training import FixedSigmaTraining, Pretrained
 
 
+def pytest_addoption(parser):
+    parser.addoption("--device", default="cpu",
+                     help="device of tests/test_device.py: cpu (the engine's accelerator path on the CPU, the "
+                          "default) or a CUDA device such as cuda (run by benchmarks/gpu_check.sh)")
+
+
 @pytest.fixture(autouse=True)
 def _fixed_seeds():
     """Every test starts from the same global random state."""
