@@ -19,7 +19,8 @@ H100-class GPU (Cohen et al. report 14-17 s on a 1080 Ti); smoothsk >= 2x the
 per-input loop at n <= 1,000, where batches of one input's copies are small.
 
 Run ``python benchmarks/bench_gpu.py`` on a machine with CUDA (it prints a
-message and exits where there is none); ``--device cpu --n 200 --inputs 2
+message and exits where there is none), or ``benchmarks/gpu_check.sh``, which
+runs it with the other GPU checks; ``--device cpu --n 200 --inputs 2
 --blocks 1`` is a smoke run of the script on a CPU.
 """
 
@@ -30,12 +31,12 @@ import time
 import numpy as np
 import torch
 from scipy import stats
+from torch.fx.experimental.optimization import fuse
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.models import CifarResNet
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
-from smoothsk.training import FixedSigmaTraining
 
 from _common import table_header, table_row
 
@@ -101,13 +102,21 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def time_smoothsk(X, n, blocks, batch_size, device, precision):
-    """Seconds to certify X with ``SampleWiseSmoothedClassifier.certify`` (after a warm-up input)."""
-    clf = SampleWiseSmoothedClassifier(
-        CifarResNet, module__blocks=blocks, training=FixedSigmaTraining(SIGMA), sigma_search=FixedSigma(SIGMA),
+def time_smoothsk(X, n, blocks, batch_size, device, precision, fuse_batch_norm=False):
+    """Seconds to certify X with ``SampleWiseSmoothedClassifier.certify`` (after a warm-up input), and its module.
+
+    ``fuse_batch_norm`` folds each batch normalisation into the convolution
+    before it (``torch.fx.experimental.optimization.fuse``: the same function
+    in eval mode, one pass over the activations fewer per layer).
+    """
+    torch.manual_seed(0)
+    module = CifarResNet(blocks=blocks).eval()
+    if fuse_batch_norm:
+        module = fuse(module)
+    clf = SampleWiseSmoothedClassifier.from_module(
+        module, input_shape=X.shape[1:], sigma=SIGMA, sigma_search=FixedSigma(SIGMA),
         sampler=FixedSampler(n=n, n0=N0), alpha=ALPHA, certify_batch_size=batch_size, device=str(device),
-        certify_autocast=None if precision == "fp32" else "bfloat16", max_epochs=0, random_state=0)
-    clf.fit(np.resize(X, (N_CLASSES,) + X.shape[1:]), np.arange(N_CLASSES))  # no training: 10 classes_
+        certify_autocast=None if precision == "fp32" else "bfloat16", random_state=0)
     clf.certify(X[:1])
     synchronize(device)
     start = time.perf_counter()
@@ -133,26 +142,42 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
     parser.add_argument("--n", type=int, nargs="+", default=[100_000, 1_000], help="estimation samples per input")
-    parser.add_argument("--inputs", type=int, default=5, help="images certified per timing")
+    parser.add_argument("--inputs", type=int, default=5, help="images certified per timing at n > 1,000")
+    parser.add_argument("--inputs-small", type=int, default=30, help="images certified per timing at n <= 1,000")
     parser.add_argument("--blocks", type=int, default=18, help="residual blocks per stage (18: ResNet-110)")
     parser.add_argument("--batch-size", type=int, default=1000, help="noisy copies per forward pass (Cohen: 1000)")
+    parser.add_argument("--smoothsk-batch-size", type=int, nargs="+",
+                        help="smoothsk's certify_batch_size values (default: --batch-size); packing inputs lets "
+                             "it exceed one input's n, which the per-input loop cannot")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--fuse-batch-norm", action="store_true",
+                        help="fold each batch normalisation into its convolution (both ways of certifying)")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="torch.backends.cudnn.benchmark = True for both (cuDNN times its algorithms per shape)")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench_gpu: no CUDA device here (torch.cuda.is_available() is False); nothing measured. "
               "Run it on a machine with a GPU, or pass --device cpu for a smoke run.")
         return 0
-    X = np.random.default_rng(0).random((args.inputs, 3, 32, 32), dtype=np.float32)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"{name}, torch {torch.__version__}, ResNet-{6 * args.blocks + 2}, batch {args.batch_size}, "
-          f"n0 = {N0}, {args.inputs} images per timing")
-    table_header(["n", "precision", "smoothsk s/image", "per-input loop s/image", "speed-up"])
+    print(f"{name}, torch {torch.__version__}, ResNet-{6 * args.blocks + 2}, per-input loop batch {args.batch_size}, "
+          f"n0 = {N0}, cudnn.benchmark {args.cudnn_benchmark}, batch norm fused {args.fuse_batch_norm}")
+    table_header(["n", "images", "precision", "smoothsk batch", "smoothsk s/image", "per-input loop s/image",
+                  "speed-up"])
     for n in args.n:
-        for precision in ("fp32", "bf16"):
-            seconds, module = time_smoothsk(X, n, args.blocks, args.batch_size, device, precision)
-            loop = time_loop(module, X, n, args.batch_size, device, precision)
-            table_row([f"{n:,}", precision, f"{seconds / len(X):.3f}", f"{loop / len(X):.3f}",
-                       f"{loop / seconds:.2f}x"])
+        inputs = args.inputs if n > 1_000 else args.inputs_small
+        X = np.random.default_rng(0).random((inputs, 3, 32, 32), dtype=np.float32)
+        for precision in args.precisions:
+            loop = None
+            for batch_size in args.smoothsk_batch_size or [args.batch_size]:
+                seconds, module = time_smoothsk(X, n, args.blocks, batch_size, device, precision,
+                                                args.fuse_batch_norm)
+                if loop is None:
+                    loop = time_loop(module, X, n, args.batch_size, device, precision)
+                table_row([f"{n:,}", str(inputs), precision, f"{batch_size:,}", f"{seconds / len(X):.4f}",
+                           f"{loop / len(X):.4f}", f"{loop / seconds:.2f}x"])
     return 0
 
 

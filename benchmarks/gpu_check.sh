@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The GPU figures (issue 31) in one run of at most 11 minutes (about 4 expected) on one H100-class GPU.
+#
+#   benchmarks/gpu_check.sh --prepare   here, with internet to the package registries: fills the kit
+#                                       folder .gpu/ (git-ignored) with skorch's wheel, the shared real
+#                                       MNIST, the 90-epoch Gaussian sigma-1.0 LeNet and its CPU certificates
+#   benchmarks/gpu_check.sh             on the GPU machine, with .gpu/ carried beside the working tree
+#   benchmarks/gpu_check.sh --dry-run   every step at toy size on the CPU (tests/test_gpu_check.py)
+#
+# Steps, each under its own time limit, its log in $OUT/<step>.log:
+#   setup    installs skorch's wheel and the project without dependencies (the machine has the rest)
+#   tests    tests/test_device.py --device cuda: engine and estimator on the GPU (distribution, keyed noise,
+#            out-of-memory halving, no host synchronisation per batch, bfloat16, a GPU model on the CPU)
+#   cifar    bench_gpu.py: CifarResNet-110 at n = 100,000, 1,000 and 100, fp32 and bf16, smoothsk at
+#            Cohen et al.'s batch and a larger one, against Cohen et al.'s per-input loop; then bf16 at
+#            n = 100,000 with cudnn.benchmark, batch norms folded into the convolutions and larger batches
+#   mnist    bench_mnist.py --device cuda: the Gaussian sigma-1.0 LeNet on the protocol's 500 certify
+#            images at n = 100,000, then its certificates against the CPU's (same model, same seeds)
+# The summary ($OUT/summary.md) is printed last.
+set -u
+cd "$(dirname "$0")/.."
+
+MODE=${1:-run}
+KIT=${GPU_KIT:-.gpu}
+OUT=${OUT:-$(mktemp -d)}
+MODEL=gaussian-sigma1-e90.safetensors
+CPU_CERTIFICATES=gaussian-sigma1-n100000-e90-i500.json
+export PYTHONUNBUFFERED=1
+
+if [ "$MODE" = --prepare ]; then
+    set -e
+    mkdir -p "$KIT/wheels" "$KIT/mnist" "$KIT/models"
+    skorch_version=$(python -c "import skorch; print(skorch.__version__)")
+    python -m pip download -q --no-deps --only-binary=:all: -d "$KIT/wheels" "skorch==$skorch_version"
+    cp ../shared/data/mnist/* "$KIT/mnist/"
+    cp "benchmarks/results/mnist/$MODEL" "benchmarks/results/mnist/$CPU_CERTIFICATES" "$KIT/models/"
+    du -sh "$KIT"
+    exit 0
+fi
+
+if [ "$MODE" = --dry-run ]; then
+    DEVICE=cpu
+    MNIST=${MNIST_DATA:-../shared/data/mnist}
+    CIFAR_ARGS="--device cpu --n 200 --inputs 1 --inputs-small 2 --blocks 1 --batch-size 100 --smoothsk-batch-size 100 400"
+    CIFAR_TUNING_ARGS="--device cpu --n 200 --inputs 1 --inputs-small 2 --blocks 1 --batch-size 100 --precisions bf16 --cudnn-benchmark --fuse-batch-norm"
+    MNIST_ARGS="--n 200 --images 2 --epochs 1 --train 600 --certify-batch-size 100"
+    TEST_ARGS=(-k "not bfloat16 and not saved")
+else
+    DEVICE=cuda
+    MNIST=$KIT/mnist
+    CIFAR_ARGS="--n 100000 1000 100 --inputs 3 --inputs-small 30 --smoothsk-batch-size 1000 8192"
+    CIFAR_TUNING_ARGS="--n 100000 --inputs 3 --precisions bf16 --smoothsk-batch-size 8192 32768 --cudnn-benchmark --fuse-batch-norm"
+    MNIST_ARGS="--certify-batch-size 10000"
+    TEST_ARGS=()
+fi
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+SUMMARY=$OUT/summary.md
+echo "# gpu_check $(date -u +%Y-%m-%dT%H:%MZ), mode $MODE" >"$SUMMARY"
+
+# step NAME LIMIT_SECONDS COMMAND...: runs COMMAND (a program or a function below) with its output in
+# $OUT/NAME.log and its status in the summary.
+step() {
+    local name=$1 limit=$2 start status
+    shift 2
+    start=$(date +%s)
+    timeout "$limit" bash -c '"$@"' step "$@" >"$OUT/$name.log" 2>&1
+    status=$?
+    echo "- step $name: exit $status in $(($(date +%s) - start)) s (limit $limit s)" >>"$SUMMARY"
+    return $status
+}
+
+setup() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
+    if [ "$MODE" != --dry-run ]; then
+        python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site "$KIT"/wheels/*.whl . \
+            && python3 -c "import sys; sys.path.insert(0, '/tmp/site'); import skorch, smoothsk; print('skorch', skorch.__version__, 'smoothsk', smoothsk.__version__)"
+    fi
+}
+
+compare_with_cpu() {
+    # The GPU's certificates of the same model and seeds against the CPU's: the generators differ, so the
+    # samples do; the ACR and each image's radius must agree within Monte Carlo error.
+    python3 - "$WORK/mnist/$CPU_CERTIFICATES" "$KIT/models/$CPU_CERTIFICATES" <<'EOF'
+import json, sys
+import numpy as np
+gpu, cpu = (json.load(open(path)) for path in sys.argv[1:])
+images = len(gpu["radius"])
+difference = np.abs(np.array(gpu["radius"]) - np.array(cpu["radius"][:images]))
+print(f"{images} images: ACR GPU {gpu['acr']:.4f} CPU {cpu['acr']:.4f}; same prediction on "
+      f"{np.mean(np.array(gpu['prediction']) == np.array(cpu['prediction'][:images])):.3f} of them; "
+      f"|radius GPU - radius CPU| mean {difference.mean():.4f}, max {difference.max():.4f}; "
+      f"seconds per image GPU {gpu['certify_seconds_per_image']:.3f}, CPU {cpu['certify_seconds_per_image']:.3f}")
+EOF
+}
+
+cifar() {
+    python3 benchmarks/bench_gpu.py $CIFAR_ARGS || return
+    python3 benchmarks/bench_gpu.py $CIFAR_TUNING_ARGS
+}
+
+mnist() {
+    mkdir -p "$WORK/mnist"
+    if [ "$MODE" != --dry-run ]; then
+        cp "$KIT/models/$MODEL" "$WORK/mnist/"
+    fi
+    python3 benchmarks/bench_mnist.py --device "$DEVICE" --rows gaussian-1 --data "$MNIST" --out "$WORK/mnist" \
+        --loop-images 0 $MNIST_ARGS || return
+    if [ "$MODE" != --dry-run ]; then
+        compare_with_cpu
+    fi
+}
+
+export MODE KIT WORK DEVICE MNIST MODEL CPU_CERTIFICATES MNIST_ARGS CIFAR_ARGS CIFAR_TUNING_ARGS
+export -f setup cifar mnist compare_with_cpu
+step setup 90 setup
+if [ "$MODE" != --dry-run ]; then
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+step tests 150 python3 -m pytest tests/test_device.py --device "$DEVICE" -q -p no:cacheprovider -rs "${TEST_ARGS[@]}"
+step cifar 180 cifar
+step mnist 240 mnist
+
+for name in setup tests cifar mnist; do
+    printf '\n## %s (last lines)\n\n```\n' "$name" >>"$SUMMARY"
+    tail -n 25 "$OUT/$name.log" >>"$SUMMARY"
+    printf '```\n' >>"$SUMMARY"
+done
+cat "$SUMMARY"
+[ "$(grep -c 'exit 0 ' "$SUMMARY")" = 4 ]
