@@ -186,6 +186,8 @@ def stem(name, sigma, splits, settings, model=False):
     """
     text = f"{name}-sigma{sigma:g}" if sigma is not None else name
     text += f"-e{settings['epochs']}" if model else f"-n{settings['n']}-e{settings['epochs']}-i{settings['images']}"
+    if name.startswith("router"):
+        text += selector_tag(settings)
     return text + (f"-t{settings['train']}" if settings["train"] != len(splits.X_train) else "")
 
 
@@ -202,16 +204,30 @@ def router(name, splits, settings, out):
     the training split with its defaults and certifies its level per input
     (``G``, stateless), the expert of that level certifies the class. The
     fitted router is saved (experts and selector in one model file) and read
-    back by later runs, so its two certificate variants share one fit; the
-    fit's seconds are None when read back.
+    back by later runs at the same ``n``, so its two certificate variants
+    share one fit; the fit's seconds are None when read back.
     """
-    model_path = out / f"router-{stem(name, None, splits, settings, model=True)}.safetensors"
+    # The selector's targets are scored at the certification budget: one fit per n.
+    model_path = out / (f"router-{stem(name, None, splits, settings, model=True)}-n{settings['n']}"
+                        f"{selector_tag(settings)}.safetensors")
     if model_path.exists():
         return read_back(model_path, settings), None
     experts = [trained(name, sigma, splits, settings, out)[0].module_ for sigma in SIGMAS]
     return fitted(model_path, SampleWiseSmoothedClassifier(
-        NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(),
+        NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(
+            **selector_params(settings)),
         max_epochs=min(settings["epochs"], SELECTOR_EPOCHS), **estimator_settings(settings)), splits, settings)
+
+
+def selector_params(settings):
+    """The router's ``CertifiedSigmaSelector`` parameters from ``--selector`` (``name=number,...``; none: defaults)."""
+    pairs = (item.split("=") for item in settings.get("selector", "").split(",") if item)
+    return {key: float(value) if "." in value else int(value) for key, value in pairs}
+
+
+def selector_tag(settings):
+    """The routers' file-name suffix for ``--selector`` ("" for the defaults)."""
+    return "-" + settings["selector"].replace("=", "").replace(",", "-") if "selector" in settings else ""
 
 
 def pfat_selector(splits, settings, out):
@@ -395,6 +411,8 @@ def main():
     parser.add_argument("--device", default="cpu", help="torch device to train and certify on (default cpu)")
     parser.add_argument("--certify-batch-size", type=int, default=1000,
                         help="noisy copies per forward pass (default 1000, Cohen et al.'s)")
+    parser.add_argument("--selector", help="the routers' CertifiedSigmaSelector parameters other than the "
+                                           "defaults, e.g. n=100000,selector_sigma=1.0 (named in their files)")
     parser.add_argument("--loop-images", type=int, default=20,
                         help="images timed against Cohen et al.'s per-input loop (0: skip; default 20)")
     for option, meaning in (("n", "noisy samples per certificate"), ("images", "certify images, the first so many"),
@@ -407,6 +425,8 @@ def main():
                 {"n": 100_000, "images": 500, "epochs": 90})
     settings["train"] = len(splits.X_train)
     settings.update(device=args.device, certify_batch_size=args.certify_batch_size)
+    if args.selector:
+        settings["selector"] = args.selector
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
