@@ -17,7 +17,7 @@ __all__ = ["NoisyTrainingSteps", "check_iterator_options"]
 
 
 def check_iterator_options(estimator):
-        """Refuse a ``dataset`` and ``iterator_train__*``/``iterator_valid__*`` options the training would ignore.
+    """Refuse a ``dataset`` and ``iterator_train__*``/``iterator_valid__*`` options the training would ignore.
 
     Parameters
     ----------
@@ -26,20 +26,31 @@ def check_iterator_options(estimator):
     Raises
     ------
     ValueError
-        Naming the first such option.
+    Naming the first such option.
     """
-        if estimator.dataset is not SkorchDataset or estimator.get_params_for("dataset"):
-            raise ValueError("dataset is not used: smoothsk trains on its own indexed dataset of X and y (each "
-                             "item's position keys its training sigma); leave dataset and dataset__* at their "
-                             "defaults.")
-        for prefix in ("iterator_train", "iterator_valid"):
-            if getattr(estimator, prefix) is not DataLoader:
-                continue  # a custom iterator gets every option (skorch's get_iterator)
-            ignored = sorted(set(estimator.get_params_for(prefix)) - set(TensorBatches.OPTIONS))
-            if ignored:
-                raise ValueError(f"{prefix}__{ignored[0]} is not an option of smoothsk's training batches, which "
-                                 f"slice the tensors in memory and take only {', '.join(TensorBatches.OPTIONS)}; "
-                                 f"for DataLoader's other options set {prefix} to a DataLoader subclass.")
+    if estimator.dataset is not SkorchDataset or estimator.get_params_for("dataset"):
+        raise ValueError("dataset is not used: smoothsk trains on its own indexed dataset of X and y (each "
+                         "item's position keys its training sigma); leave dataset and dataset__* at their "
+                         "defaults.")
+    for prefix in ("iterator_train", "iterator_valid"):
+        if getattr(estimator, prefix) is not DataLoader:
+            continue  # a custom iterator gets every option (skorch's get_iterator)
+        ignored = sorted(set(estimator.get_params_for(prefix)) - set(TensorBatches.OPTIONS))
+        if ignored:
+            raise ValueError(f"{prefix}__{ignored[0]} is not an option of smoothsk's training batches, which "
+                             f"slice the tensors in memory and take only {', '.join(TensorBatches.OPTIONS)}; "
+                             f"for DataLoader's other options set {prefix} to a DataLoader subclass.")
+
+
+def _diverged(estimator, loss):
+    """The one-line error of a training step whose loss is not finite: where, which training, what to change."""
+    epoch = len(estimator.history)
+    batch = len(estimator.history[-1]["batches"]) + 1
+    training = estimator.training_
+    return (f"The training loss is {loss.item()} at epoch {epoch}, batch {batch} ({type(training).__name__}, "
+            f"objective {type(training.objective_).__name__}): the training diverged, and fit stopped at its first "
+            f"non-finite loss. Lower lr={estimator.lr:g} (or the objective's weights, such as Consistency's lbd), "
+            f"or clip the gradients (skorch's GradientNormClipping callback).")
 
 
 class NoisyTrainingSteps:
@@ -76,6 +87,8 @@ class NoisyTrainingSteps:
         """
         self._set_training(True)
         loss, logits = self._batch_loss(batch)
+        if not torch.isfinite(loss):  # skorch reads the loss on the host after each step anyway
+            raise FloatingPointError(_diverged(self, loss))
         loss.backward()
         return {"loss": loss, "y_pred": logits}
 

@@ -163,12 +163,19 @@ def train_selector(context, module, X, targets, objective, selector_sigma, epoch
     module.train()
     with torch.random.fork_rng(devices=[]):  # the module's own randomness (dropout)
         torch.manual_seed(context.seed(SELECTOR_MODULE_RANDOMNESS_SALT))
-        for _ in range(epochs):
+        finite = torch.ones((), dtype=torch.bool, device=X.device)
+        for epoch in range(1, epochs + 1):
             order = torch.randperm(len(X), generator=shuffle).to(X.device)
             for start in range(0, len(X), batch_size):
                 index = order[start:start + batch_size]
                 loss, _ = objective.loss(net, X[index], targets[index], sigma[:len(index)])
+                finite &= torch.isfinite(loss.detach())  # read once per epoch: no host synchronisation per step
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+            if not finite:
+                raise FloatingPointError(
+                    f"The selector's training loss is not finite in epoch {epoch} (objective "
+                    f"{type(objective).__name__}): its training diverged. Lower the estimator's lr (the selector "
+                    f"trains with the estimator's optimizer) or the objective's weights.")
     module.eval()
