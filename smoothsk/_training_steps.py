@@ -26,7 +26,7 @@ def check_iterator_options(estimator):
     Raises
     ------
     ValueError
-    Naming the first such option.
+        Naming the first such option.
     """
     if estimator.dataset is not SkorchDataset or estimator.get_params_for("dataset"):
         raise ValueError("dataset is not used: smoothsk trains on its own indexed dataset of X and y (each "
