@@ -73,6 +73,28 @@ def test_disagreeing_copies_are_penalised_by_their_divergence_from_the_mean():
     assert losses[1] - losses[0] == pytest.approx(math.log(4 / 3) / 4, abs=0.0068)
 
 
+class ScaledLogits(torch.nn.Module):
+    """Logits (0, -scale * w): a class whose softmax underflows to exactly 0 in float32 at scale 200."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+        self.weight = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return torch.stack([torch.zeros(len(x)), -self.scale * self.weight.expand(len(x))], dim=1)
+
+
+def test_its_gradient_is_finite_where_a_class_probability_underflows():
+    """exp(-200) is 0 in float32: the loss is finite and so must its gradient be (no NaN step)."""
+    assert float(torch.softmax(torch.tensor([0.0, -200.0]), dim=0)[1]) == 0.0
+    module = ScaledLogits(200.0)
+    X, y, sigma = torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64), torch.full((4,), 0.5)
+    loss, _ = Consistency(lbd=10.0, eta=0.5).loss(FakeNet(module), X, y, sigma)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(module.weight.grad).all()
+
+
 @pytest.mark.parametrize(("base", "match"), [(GaussianNoise(num_noise=1), "at least 2 noisy copies"),
                                              (Macer(), "base")])
 def test_a_base_without_two_noisy_copies_is_refused_before_training(base, match):

@@ -1,14 +1,13 @@
 """Consistency regularization of the noisy copies' predictions (Jeong and Shin, NeurIPS 2020)."""
 
+import math
 from numbers import Real
 
+import torch
 import torch.nn.functional as F
 
 from .._constraints import HasMethods, Interval
 from ._base import BaseObjective, GaussianNoise
-
-#: Probabilities are clamped to this before their logarithm in the entropy (as the authors' code does).
-_LOG_FLOOR = 1e-20
 
 
 class Consistency(BaseObjective):
@@ -45,7 +44,12 @@ class Consistency(BaseObjective):
     -----
     The KL divergence runs from the mean prediction to each copy's, and the
     gradient flows through both, as in the authors' released code; their
-    "default" loss (the one of all their tables) is this one.
+    "default" loss (the one of all their tables) is this one. ``log p_bar``
+    is computed from the copies' log-probabilities (a log-sum-exp), so the loss
+    and its gradient stay finite where a class probability underflows to 0 in
+    float32; the authors' ``kl_div(log p_k, p_bar)`` has a NaN gradient there
+    (their clamp at 1e-20 covers the entropy only), which made LeNet's training
+    at lr 0.05 diverge on MNIST.
 
     References
     ----------
@@ -83,8 +87,11 @@ class Consistency(BaseObjective):
         copies = len(logits) // len(X)
         cross_entropy = net.criterion_(logits, y.repeat(copies))
         log_p = F.log_softmax(logits, dim=1).view(copies, len(X), -1)
-        p_bar = log_p.exp().mean(dim=0)
+        # log p_bar from the copies' logarithms: finite where a probability underflows to 0, where
+        # the gradient of p_bar * log(p_bar) through p_bar.log() is -inf * 0 = NaN.
+        log_p_bar = torch.logsumexp(log_p, dim=0) - math.log(copies)
+        p_bar = log_p_bar.exp()
         # KL(p_bar || p_k) per copy and input, then the mean over the copies (Eq. 6).
-        kl = F.kl_div(log_p, p_bar.expand_as(log_p), reduction="none").sum(dim=2).mean(dim=0)
-        entropy = -(p_bar * p_bar.clamp_min(_LOG_FLOOR).log()).sum(dim=1)
+        kl = (p_bar * (log_p_bar - log_p)).sum(dim=2).mean(dim=0)
+        entropy = -(p_bar * log_p_bar).sum(dim=1)
         return cross_entropy + (self.lbd * kl + self.eta * entropy).mean(), logits[:len(X)]
