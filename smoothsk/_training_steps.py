@@ -45,12 +45,13 @@ def check_iterator_options(estimator):
 def _diverged(estimator, loss):
     """The one-line error of a training step whose loss is not finite: where, which training, what to change."""
     epoch = len(estimator.history)
-    batch = len(estimator.history[-1]["batches"]) + 1
+    batch = len(estimator.history[-1]["batches"])  # skorch opened this batch's record before the step
     training = estimator.training_
+    rate = estimator.optimizer_.param_groups[0]["lr"]  # the live rate, after any scheduler
     return (f"The training loss is {loss.item()} at epoch {epoch}, batch {batch} ({type(training).__name__}, "
             f"objective {type(training.objective_).__name__}): the training diverged, and fit stopped at its first "
-            f"non-finite loss. Lower lr={estimator.lr:g} (or the objective's weights, such as Consistency's lbd), "
-            f"or clip the gradients (skorch's GradientNormClipping callback).")
+            f"non-finite loss. Lower the learning rate (now {rate:g}; lr={estimator.lr:g}) or the objective's "
+            f"weights (such as Consistency's lbd), or clip the gradients (skorch's GradientNormClipping callback).")
 
 
 class NoisyTrainingSteps:

@@ -8,6 +8,7 @@ commands, on the CPU, with a small stand-in for the shared MNIST.
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,9 @@ def test_every_step_runs_at_toy_size(tmp_path):
     write_mnist_csv(mnist / "mnist_5k.csv.gz", rng.integers(0, 256, (20, 28, 28)), np.arange(20) % 10)
     out = tmp_path / "out"
     result = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run"], capture_output=True,
-                            text=True, env={**os.environ, "OUT": str(out), "MNIST_DATA": str(mnist)}, timeout=300)
+                            text=True, env={**os.environ, "OUT": str(out), "MNIST_DATA": str(mnist),
+                                 # the script calls python3: this interpreter's, in a virtual environment too
+                                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}, timeout=300)
     summary = (out / "summary.md").read_text()
     assert result.returncode == 0, summary
     assert summary.count(": exit 0 in ") == 4

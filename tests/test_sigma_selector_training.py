@@ -47,7 +47,7 @@ class TestDivergence:
             expert(torch.zeros(1, 5))
         clf = SampleWiseSmoothedClassifier(
             NoiseLevelExperts((0.25, 0.5, 1.0), experts), training=Pretrained(), max_epochs=0, random_state=0,
-            lr=1e8, sigma_search=CertifiedSigmaSelector(n=200, n0=20, selector_epochs=3),
+            lr=float("inf"), sigma_search=CertifiedSigmaSelector(n=200, n0=20, selector_epochs=3),
             sampler=FixedSampler(n=200, n0=20))
         with pytest.raises(FloatingPointError, match=r"^The selector's training loss is not finite in epoch \d "
                                                      r"\(objective Consistency\): .* Lower the estimator's lr"):
