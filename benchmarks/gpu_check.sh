@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The GPU figures (issue 31) in one run of at most 11 minutes (about 4 expected) on one H100-class GPU.
+# The GPU figures (issue 31) in one run of at most 16 minutes (about 6 expected) on one H100-class GPU.
 #
 #   benchmarks/gpu_check.sh --prepare   here, with internet to the package registries: fills the kit
 #                                       folder .gpu/ (git-ignored) with skorch's wheel, the shared real
-#                                       MNIST, the 90-epoch Gaussian sigma-1.0 LeNet and its CPU certificates
+#                                       MNIST, the 90-epoch LeNets and the Gaussian sigma-1.0 one's CPU certificates
 #   benchmarks/gpu_check.sh             on the GPU machine, with .gpu/ carried beside the working tree
 #   benchmarks/gpu_check.sh --dry-run   every step at toy size on the CPU (tests/test_gpu_check.py)
 #
@@ -16,6 +16,8 @@
 #            n = 100,000 with cudnn.benchmark, batch norms folded into the convolutions and larger batches
 #   mnist    bench_mnist.py --device cuda: the Gaussian sigma-1.0 LeNet on the protocol's 500 certify
 #            images at n = 100,000, then its certificates against the CPU's (same model, same seeds)
+#   router   bench_mnist.py --device cuda: the Gaussian and the Consistency experts at n = 100,000, each
+#            training's sound router (issue 30), its plain certificate and the oracle ceiling
 # The summary ($OUT/summary.md) is printed last.
 set -u
 cd "$(dirname "$0")/.."
@@ -33,7 +35,8 @@ if [ "$MODE" = --prepare ]; then
     skorch_version=$(python -c "import skorch; print(skorch.__version__)")
     python -m pip download -q --no-deps --only-binary=:all: -d "$KIT/wheels" "skorch==$skorch_version"
     cp --no-preserve=mode ../shared/data/mnist/* "$KIT/mnist/"
-    cp --no-preserve=mode "benchmarks/results/mnist/$MODEL" "benchmarks/results/mnist/$CPU_CERTIFICATES" "$KIT/models/"
+    cp --no-preserve=mode benchmarks/results/mnist/*-sigma*-e90.safetensors "benchmarks/results/mnist/$CPU_CERTIFICATES" \
+        "$KIT/models/"
     du -sh "$KIT"
     exit 0
 fi
@@ -45,6 +48,7 @@ if [ "$MODE" = --dry-run ]; then
     CIFAR_TUNING_ARGS="--device cpu --n 200 --inputs 1 --inputs-small 2 --blocks 1 --batch-size 100 --precisions bf16 --cudnn-benchmark --fuse-batch-norm"
     MNIST_ARGS="--n 200 --images 2 --epochs 1 --train 600 --certify-batch-size 100"
     TEST_ARGS=(-k "not bfloat16 and not saved")
+    ROUTER_TRAININGS=gaussian
 else
     DEVICE=cuda
     MNIST=$KIT/mnist
@@ -52,6 +56,7 @@ else
     CIFAR_TUNING_ARGS="--n 100000 --inputs 3 --precisions bf16 --smoothsk-batch-size 8192 32768 --cudnn-benchmark --fuse-batch-norm"
     MNIST_ARGS="--certify-batch-size 10000"
     TEST_ARGS=()
+    ROUTER_TRAININGS="gaussian consistency"
 fi
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
@@ -100,6 +105,20 @@ cifar() {
     python3 benchmarks/bench_gpu.py $CIFAR_TUNING_ARGS
 }
 
+router() {
+    # The experts of each training at sigma 0.25, 0.5 and 1.0 (the kit's 90-epoch models, trained where
+    # absent), routed by the sound selector with its defaults, the oracle ceiling and the plain certificate.
+    mkdir -p "$WORK/router"
+    if [ "$MODE" != --dry-run ]; then
+        cp "$KIT"/models/*-e90.safetensors "$WORK/router/"
+    fi
+    for training in $ROUTER_TRAININGS; do
+        python3 benchmarks/bench_mnist.py --device "$DEVICE" --data "$MNIST" --out "$WORK/router" --loop-images 0 \
+            --rows "$training-0.25,$training-0.5,$training-1,oracle-$training,router-$training,router-plain-$training" \
+            $MNIST_ARGS || return
+    done
+}
+
 mnist() {
     mkdir -p "$WORK/mnist"
     if [ "$MODE" != --dry-run ]; then
@@ -112,8 +131,8 @@ mnist() {
     fi
 }
 
-export MODE KIT WORK DEVICE MNIST MODEL CPU_CERTIFICATES MNIST_ARGS CIFAR_ARGS CIFAR_TUNING_ARGS
-export -f setup cifar mnist compare_with_cpu
+export MODE KIT WORK DEVICE MNIST MODEL CPU_CERTIFICATES MNIST_ARGS CIFAR_ARGS CIFAR_TUNING_ARGS ROUTER_TRAININGS
+export -f setup cifar mnist router compare_with_cpu
 step setup 90 setup
 if [ "$MODE" != --dry-run ]; then
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -121,11 +140,12 @@ fi
 step tests 150 python3 -m pytest tests/test_device.py --device "$DEVICE" -q -p no:cacheprovider -rs "${TEST_ARGS[@]}"
 step cifar 180 cifar
 step mnist 240 mnist
+step router 300 router
 
-for name in setup tests cifar mnist; do
+for name in setup tests cifar mnist router; do
     printf '\n## %s (last lines)\n\n```\n' "$name" >>"$SUMMARY"
     tail -n 25 "$OUT/$name.log" >>"$SUMMARY"
     printf '```\n' >>"$SUMMARY"
 done
 cat "$SUMMARY"
-[ "$(grep -c '^- step [a-z]*: exit 0 in' "$SUMMARY")" = 4 ]
+[ "$(grep -c '^- step [a-z]*: exit 0 in' "$SUMMARY")" = 5 ]
