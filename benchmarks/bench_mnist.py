@@ -122,9 +122,16 @@ def objective(name, sigma):
             "smoothadv+consistency": Consistency(lbd=lbd, eta=0.5, base=smoothadv)}[name]
 
 
+#: The optimisers a row can train with (``--optimizer``): ours (the default), and Jeong and Shin's released
+#: MNIST settings (SGD with Nesterov momentum, weight decay 1e-4, batches of 256, lr 0.01).
+OPTIMIZERS = {"ours": {"lr": 0.05, "optimizer__momentum": 0.9, "batch_size": 64},
+              "published": {"lr": 0.01, "optimizer__momentum": 0.9, "optimizer__nesterov": True,
+                            "optimizer__weight_decay": 1e-4, "batch_size": 256}}
+
+
 def estimator_settings(settings):
     """What every row's estimator shares: the optimiser, CERTIFY's sampler at ``n``, alpha, device, batches, seed."""
-    return {"lr": 0.05, "optimizer__momentum": 0.9, "batch_size": 64, "random_state": 0, "alpha": 0.001,
+    return {**OPTIMIZERS[settings.get("optimizer", "ours")], "random_state": 0, "alpha": 0.001,
             **certify_settings(settings)}
 
 
@@ -190,6 +197,8 @@ def stem(name, sigma, splits, settings, model=False):
     text += f"-e{settings['epochs']}" if model else f"-n{settings['n']}-e{settings['epochs']}-i{settings['images']}"
     if name.startswith("router"):
         text += selector_tag(settings)
+    if "optimizer" in settings:
+        text += f"-{settings['optimizer']}-optimizer"
     return text + (f"-t{settings['train']}" if settings["train"] != len(splits.X_train) else "")
 
 
@@ -415,6 +424,10 @@ def main():
     parser.add_argument("--device", default="cpu", help="torch device to train and certify on (default cpu)")
     parser.add_argument("--certify-batch-size", type=int, default=1000,
                         help="noisy copies per forward pass (default 1000, Cohen et al.'s)")
+    parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS),
+                        help="train with this optimiser: ours (lr 0.05, batches of 64; the default) or published "
+                             "(Jeong and Shin's: lr 0.01, Nesterov, weight decay 1e-4, batches of 256), named in "
+                             "the files")
     parser.add_argument("--selector", help="the routers' CertifiedSigmaSelector parameters other than the "
                                            "defaults, e.g. n=100000,selector_sigma=1.0 (named in their files)")
     parser.add_argument("--loop-images", type=int, default=20,
@@ -431,6 +444,8 @@ def main():
     settings.update(device=args.device, certify_batch_size=args.certify_batch_size)
     if args.selector:
         settings["selector"] = args.selector
+    if args.optimizer and args.optimizer != "ours":
+        settings["optimizer"] = args.optimizer
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
