@@ -374,7 +374,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             epochs = context.max_epochs if self.selector_epochs is None else self.selector_epochs
             train_selector(context, module, X.to(context.device),
                            torch.as_tensor(self.train_levels_, device=context.device),
-                           self._component("selector_objective"), self._selector_noise(), epochs)
+                           self._component("selector_objective"), self.selector_sigma_, epochs)
         else:
             module = self.selector.to(context.device)  # the estimator's clone: the user's module is untouched
         self._check_outputs(module, X[:1].to(context.device), n_levels)
@@ -482,10 +482,6 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
 
     # ------------------------------------------------------------ certifying
 
-    def _selector_noise(self):
-        """The selector's noise level, as resolved at fit (``selector_sigma_``)."""
-        return self.selector_sigma_
-
     def _selector_engine(self, engine):
         if not hasattr(self, "levels_"):
             raise NotFittedError("This CertifiedSigmaSelector is not fitted: the estimator fits it in fit.")
@@ -501,7 +497,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             return CertifiedSigmaResult(np.full(n_inputs, self.levels_[0]), np.zeros(n_inputs, dtype=np.int64),
                                         np.full(n_inputs, np.inf), np.zeros(n_inputs, dtype=np.int64),
                                         np.zeros(n_inputs, dtype=bool))
-        noise = np.full(n_inputs, self._selector_noise())
+        noise = np.full(n_inputs, self.selector_sigma_)
         if self.certify_reachable_levels:
             return self._certify_reachable(selector, X, noise, alpha)
         # Cohen et al.'s CERTIFY on the selector (levels as classes): the candidate level from n0 samples, its
@@ -510,7 +506,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                                                                stage=CERTIFIED_SIGMA_CERTIFY)
         abstain = certified.prediction == ABSTAIN
         return CertifiedSigmaResult(self.levels_[certified.candidate], np.zeros(n_inputs, dtype=np.int64),
-                                    certified_radius(self._selector_noise(), certified.p_lower), certified.n_samples,
+                                    certified_radius(self.selector_sigma_, certified.p_lower), certified.n_samples,
                                     abstain)
 
     def _certify_reachable(self, selector, X, noise, alpha):
@@ -549,7 +545,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         selector = self._selector_engine(engine)
         if selector is None:
             return np.full(len(X), self.levels_[0]), np.zeros(len(X), dtype=bool)
-        counts = selector.class_counts(X, np.full(len(X), self._selector_noise()), self.n,
+        counts = selector.class_counts(X, np.full(len(X), self.selector_sigma_), self.n,
                                        CERTIFIED_SIGMA_PREDICTION)
         top, abstain = top_two_test(counts, alpha)
         return self.levels_[top], abstain
