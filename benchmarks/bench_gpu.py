@@ -25,7 +25,6 @@ runs it with the other GPU checks; ``--device cpu --n 200 --inputs 2
 """
 
 import argparse
-import copy
 import sys
 import time
 
@@ -40,6 +39,7 @@ from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
 
 from _common import table_header, table_row
+from bench_certify import in_layout
 
 SIGMA = 0.25
 ALPHA = 0.001
@@ -129,7 +129,7 @@ def time_smoothsk(X, n, blocks, batch_size, device, precision, fuse_batch_norm=F
 def time_loop(module, X, n, batch_size, device, precision):
     """Seconds to certify X with Cohen et al.'s per-input loop (after a warm-up input)."""
     # A contiguous copy, as Cohen et al.'s code runs: certify converts module_ to channels_last in place.
-    module = copy.deepcopy(module).to(memory_format=torch.contiguous_format).eval()
+    module = in_layout(module, X, torch.contiguous_format)[0].eval()
     smooth = CohenSmooth(module, SIGMA, device, None if precision == "fp32" else torch.bfloat16)
     inputs = torch.from_numpy(X).to(device)
     smooth.certify(inputs[0], N0, min(n, 1000), ALPHA, batch_size)

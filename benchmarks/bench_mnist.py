@@ -47,7 +47,6 @@ certify the same models.
 Run ``python benchmarks/bench_mnist.py [--quick] [--rows ...] [--data ../shared/data/mnist]``.
 """
 
-import copy
 import json
 import time
 from pathlib import Path
@@ -78,7 +77,7 @@ from smoothsk.training import (
 )
 
 from _common import quick_parser, timed
-from bench_certify import per_input_loop
+from bench_certify import in_layout, per_input_loop
 
 SIGMAS = (0.25, 0.5, 1.0)
 #: Radii of the published certified-accuracy columns (sigma 1.0).
@@ -360,7 +359,7 @@ def loop_comparison(splits, settings, out, n_images, repeats=3):
     clf, _ = trained("gaussian", 0.25, splits, settings, out)
     X = splits.X_certify[:n_images]
     # A contiguous copy, as Cohen et al.'s code runs: certify converts module_ to channels_last in place.
-    module = copy.deepcopy(clf.module_).to(memory_format=torch.contiguous_format).eval()
+    module = in_layout(clf.module_, X, torch.contiguous_format)[0].eval()
     best = {"certify": np.inf, "loop": np.inf}
     for _ in range(repeats):
         best["certify"] = min(best["certify"], timed(clf.certify, X, clock=time.process_time)[0])
