@@ -13,37 +13,13 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
+from test_engine import Buckets, chi_square_statistic, exact_probabilities
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.engine import MonteCarloEngine
 from smoothsk.metrics import average_certified_radius
 
 from conftest import tiny_digits_classifier
-
-THRESHOLDS = (-0.5, 0.4)
-
-
-class Buckets(torch.nn.Module):
-    """Classifies by the interval of ``THRESHOLDS`` that the input's first value falls in (3 classes), on any device.
-
-    Under noise ``N(0, sigma^2)`` the class probabilities of an input whose
-    first value is ``x`` are differences of ``Phi((t - x) / sigma)``.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("thresholds", torch.tensor(THRESHOLDS))
-
-    def forward(self, x):
-        first = x.flatten(1)[:, 0].contiguous()
-        bucket = torch.bucketize(first, self.thresholds.to(first.dtype))
-        return 10.0 * torch.nn.functional.one_hot(bucket, 3).to(torch.float32)
-
-
-def exact_probabilities(x, sigma):
-    """Class probabilities of :class:`Buckets` at first values x (n,) and noise levels sigma (n,): shape (n, 3)."""
-    cdf = stats.norm.cdf((np.asarray(THRESHOLDS)[None, :] - x[:, None]) / sigma[:, None])
-    return np.diff(np.hstack([np.zeros((len(x), 1)), cdf, np.ones((len(x), 1))]), axis=1)
 
 
 @pytest.fixture
@@ -86,9 +62,7 @@ class TestEngine:
     def test_counts_follow_the_exact_probabilities(self, device, inputs):
         X, x, sigma = inputs
         counts = engine_on(device, Buckets(), 2048, root_seed=5).class_counts(X, sigma, 20_000, (1,))
-        expected = counts.sum(axis=1, keepdims=True) * exact_probabilities(x, sigma)
-        chi_square = float(((counts - expected) ** 2 / expected).sum())
-        assert chi_square < stats.chi2.ppf(1 - 1e-6, df=12)
+        assert chi_square_statistic(counts, exact_probabilities(x, sigma)) < stats.chi2.ppf(1 - 1e-6, df=12)
 
     def test_counts_do_not_depend_on_the_batch_the_workers_or_the_subset(self, device, inputs):
         X, _, sigma = inputs

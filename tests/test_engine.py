@@ -13,14 +13,18 @@ THRESHOLDS = (-0.5, 0.4)
 
 
 class Buckets(torch.nn.Module):
-    """Classifies a 1-feature input by the interval of ``THRESHOLDS`` it falls in (3 classes).
+    """Classifies a 1-feature input by the interval of ``THRESHOLDS`` it falls in (3 classes), on any device.
 
     Under noise ``N(0, sigma^2)`` the class probabilities of input ``x`` are
     differences of ``Phi((t - x) / sigma)``: the engine must reproduce them.
     """
 
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("thresholds", torch.tensor(THRESHOLDS))
+
     def forward(self, x):
-        bucket = torch.bucketize(x.flatten(1)[:, 0].contiguous(), torch.tensor(THRESHOLDS, dtype=x.dtype))
+        bucket = torch.bucketize(x.flatten(1)[:, 0].contiguous(), self.thresholds.to(x.dtype))
         return 10.0 * torch.nn.functional.one_hot(bucket, 3).to(x.dtype)
 
 
