@@ -57,17 +57,17 @@ def fitted_digits_cnn(digits_split):
     return clf.fit(X_train, y_train)
 
 
-@pytest.fixture(scope="session")
-def fitted_experts():
-    """Three FlatMLP experts (levels 0.25, 0.5, 1) certified as they are, with a fitted selector (do not mutate).
+def untrained_experts(selector_epochs=1, **params):
+    """Three untrained FlatMLP experts (levels 0.25, 0.5, 1) used as they are, an unfitted selector, and data.
 
-    ``Pretrained`` with a ``CertifiedSigmaSelector(n=200, selector_epochs=1)``
-    fitted on 60 inputs of 5 features; the experts are untrained (their
-    weights are as built, seeded), which is all a round trip needs.
+    ``Pretrained`` with a ``CertifiedSigmaSelector(n=200, selector_epochs=...)``;
+    the experts' weights are as built, seeded. ``params`` override the
+    estimator's.
 
     Returns
     -------
     estimator : SampleWiseSmoothedClassifier
+        Not fitted.
     X : ndarray of float32, shape (60, 5)
     y : ndarray of int64, shape (60,)
     """
@@ -79,7 +79,22 @@ def fitted_experts():
         expert(torch.zeros(1, 5))  # trained elsewhere: its lazy layer has its shape
     clf = SampleWiseSmoothedClassifier(
         NoiseLevelExperts((0.25, 0.5, 1.0), experts), training=Pretrained(), max_epochs=0, random_state=0,
-        sigma_search=CertifiedSigmaSelector(n=200, n0=20, selector_epochs=1), sampler=FixedSampler(n=200, n0=20))
+        sigma_search=CertifiedSigmaSelector(n=200, n0=20, selector_epochs=selector_epochs),
+        sampler=FixedSampler(n=200, n0=20), **params)
+    return clf, X, y
+
+
+@pytest.fixture(scope="session")
+def fitted_experts():
+    """:func:`untrained_experts` with the selector fitted on its 60 inputs (do not mutate): what a round trip needs.
+
+    Returns
+    -------
+    estimator : SampleWiseSmoothedClassifier
+    X : ndarray of float32, shape (60, 5)
+    y : ndarray of int64, shape (60,)
+    """
+    clf, X, y = untrained_experts()
     return clf.fit(X, y), X, y
 
 

@@ -2,15 +2,10 @@
 
 import numpy as np
 import pytest
-import torch
 
-from smoothsk import SampleWiseSmoothedClassifier
-from smoothsk.experts import NoiseLevelExperts
-from smoothsk.models import FlatMLP
-from smoothsk.sampling import FixedSampler
-from smoothsk.sigma import CertifiedSigmaSelector
 from smoothsk.sigma._selector_training import useful_levels
-from smoothsk.training import Pretrained
+
+from conftest import untrained_experts
 
 
 class TestUsefulLevels:
@@ -39,16 +34,7 @@ class TestUsefulLevels:
 
 class TestDivergence:
     def test_a_diverging_selector_training_stops_with_a_clear_error(self):
-        rng = np.random.default_rng(0)
-        X = rng.normal(size=(60, 5)).astype(np.float32)
-        y = (X[:, 0] > 0).astype(np.int64)
-        experts = [FlatMLP(n_classes=2) for _ in range(3)]
-        for expert in experts:
-            expert(torch.zeros(1, 5))
-        clf = SampleWiseSmoothedClassifier(
-            NoiseLevelExperts((0.25, 0.5, 1.0), experts), training=Pretrained(), max_epochs=0, random_state=0,
-            lr=float("inf"), sigma_search=CertifiedSigmaSelector(n=200, n0=20, selector_epochs=3),
-            sampler=FixedSampler(n=200, n0=20))
+        clf, X, y = untrained_experts(selector_epochs=3, lr=float("inf"))
         with pytest.raises(FloatingPointError, match=r"^The selector's training loss is not finite in epoch \d "
                                                      r"\(objective Consistency\): .* Lower the estimator's lr"):
             clf.fit(X, y)
