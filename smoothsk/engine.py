@@ -50,6 +50,7 @@ and their counts are summed) or the subset of rows being sampled
 
 import copy
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -66,7 +67,8 @@ NOISE_BLOCK = 128
 #: Pairs of noise values one Box-Muller pass transforms at most (bounds its temporaries to a few MB).
 _PAIRS_PER_PASS = 1 << 18
 
-_MASK32 = (1 << 32) - 1
+#: Index of a 64-bit word's low 32 bits among its two 32-bit halves in memory.
+_LOW_HALF = 0 if sys.byteorder == "little" else 1
 
 _MASK64 = (1 << 64) - 1
 
@@ -193,6 +195,35 @@ def _noise_buffer(n_copies, input_shape, dtype, device, channels_last):
     return stored, stored.permute(0, 3, 1, 2)
 
 
+def _passes(segments, rows_per_pass):
+    """Segments of copies cut into passes of at most ``rows_per_pass`` consecutive copies.
+
+    Parameters
+    ----------
+    segments : list of (int, int, int)
+        ``(input_id, begin, end)``, laid out one after another.
+    rows_per_pass : int
+
+    Yields
+    ------
+    first : int
+        Position of the pass's first copy in the layout.
+    pieces : list of (int, int, int)
+        The parts of the segments the pass holds, in order, in the same form.
+    """
+    pieces, first, row = [], 0, 0
+    for input_id, begin, end in segments:
+        while begin < end:
+            take = min(end - begin, rows_per_pass - (row - first))
+            pieces.append((input_id, begin, begin + take))
+            begin, row = begin + take, row + take
+            if row - first == rows_per_pass:
+                yield first, pieces
+                pieces, first = [], row
+    if pieces:
+        yield first, pieces
+
+
 class _NoiseSource:
     """Standard normal noise of chosen copies of chosen inputs for one stage.
 
@@ -245,29 +276,32 @@ class _NoiseSource:
                 self._fill_blocks(out[written:written + end - begin], input_id, begin, end)
                 written += end - begin
             return
-        n_words = len(out) * self.words_per_copy
-        if n_words == 0:
-            return
+        rows_per_pass = max(1, _PAIRS_PER_PASS // self.pairs)
+        for first, pieces in _passes(segments, rows_per_pass):
+            rows = sum(end - begin for _, begin, end in pieces)
+            if len(pieces) == 1:  # the common case at large n: the generator's own array, no copy
+                words = self._draw(*pieces[0])
+            else:
+                words = np.concatenate([self._draw(*piece) for piece in pieces], out=self._gathered(rows))
+            self._box_muller(out[first:first + rows], torch.from_numpy(words.view(np.int64)).view(rows, -1))
+
+    def _gathered(self, rows):
+        """A reused buffer of the words of ``rows`` copies (a pass over several inputs gathers them there)."""
+        n_words = rows * self.words_per_copy
         if len(self.words) < n_words:
             self.words = np.empty(n_words, dtype=np.uint64)
-        written = 0
-        for input_id, begin, end in segments:
-            first, count = begin * self.words_per_copy, (end - begin) * self.words_per_copy
-            # A Philox counter value gives 4 words: start at the one holding word ``first``.
-            self.state["state"]["key"] = np.array([self.key, int(input_id)], dtype=np.uint64)
-            self.state["state"]["counter"] = np.array([first // 4, 0, 0, 0], dtype=np.uint64)
-            self.state["buffer_pos"], self.state["has_uint32"] = 4, 0
-            self.bits.state = self.state
-            self.bits.random_raw(first % 4)
-            # In chunks, so that the generator's own output arrays stay small.
-            for chunk in range(written, written + count, _PAIRS_PER_PASS):
-                chunk_end = min(chunk + _PAIRS_PER_PASS, written + count)
-                self.words[chunk:chunk_end] = self.bits.random_raw(chunk_end - chunk)
-            written += count
-        words = torch.from_numpy(self.words[:n_words].view(np.int64)).view(len(out), -1)
-        rows_per_pass = max(1, _PAIRS_PER_PASS // self.pairs)
-        for row in range(0, len(out), rows_per_pass):
-            self._box_muller(out[row:row + rows_per_pass], words[row:row + rows_per_pass])
+        return self.words[:n_words]
+
+    def _draw(self, input_id, begin, end):
+        """The words of copies ``begin .. end - 1`` of input ``input_id``: a new array of uint64."""
+        first = begin * self.words_per_copy
+        # A Philox counter value gives 4 words: start at the one holding word ``first``.
+        self.state["state"]["key"] = np.array([self.key, int(input_id)], dtype=np.uint64)
+        self.state["state"]["counter"] = np.array([first // 4, 0, 0, 0], dtype=np.uint64)
+        self.state["buffer_pos"], self.state["has_uint32"] = 4, 0
+        self.bits.state = self.state
+        self.bits.random_raw(first % 4)
+        return self.bits.random_raw((end - begin) * self.words_per_copy)
 
     def _box_muller(self, out, words):
         """Standard normals of shape ``out.shape`` from 64-bit words of shape (len(out), words_per_copy)."""
@@ -286,8 +320,10 @@ class _NoiseSource:
         else:
             # One word per pair: its low 32 bits give u, its high 32 bits (a signed
             # value, uniform over [-2**31, 2**31)) an angle uniform over [-pi, pi).
-            u = (words & _MASK32).to(torch.float32).add_(0.5).mul_(2.0 ** -32)
-            halves[:, 0].copy_(words >> 32)
+            # Read as two 32-bit halves in place (views, no shift or mask pass).
+            low = words.view(torch.uint32).view(len(out), self.pairs, 2)[..., _LOW_HALF]
+            u = low.to(torch.float32).add_(0.5).mul_(2.0 ** -32)
+            halves[:, 0].copy_(words.view(torch.int32).view(len(out), self.pairs, 2)[..., 1 - _LOW_HALF])
             turn = 2 * math.pi * 2.0 ** -32
         halves[:, 0].mul_(turn)
         torch.sub(halves[:, 0], math.pi / 2, out=halves[:, 1])

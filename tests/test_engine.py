@@ -7,6 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
+import smoothsk.engine as engine_module
 from smoothsk.engine import NOISE_BLOCK, MonteCarloEngine, _NoiseSource, _splitmix64, runs_channels_last, stage_key
 
 THRESHOLDS = (-0.5, 0.4)
@@ -678,6 +679,20 @@ class TestCpuNoise:
         one = torch.empty((1,) + shape, dtype=dtype)
         source.fill_segments(one, [(5, 217, 218)])
         assert torch.equal(one[0], whole[217])
+
+    @pytest.mark.parametrize("rows_per_pass", [1, 3, 40])
+    def test_passes_of_any_length_give_the_same_noise(self, monkeypatch, rows_per_pass):
+        # The transform runs in passes of whole copies; a pass may hold pieces of several inputs (gathered) or
+        # part of one (drawn directly): the noise of every copy is the same either way.
+        segments = [(5, 0, 3), (9, 0, 40), (5, 3, 150), (2, 7, 8), (5, 150, 301)]
+        shape = (3, 4)
+        source = _NoiseSource(stage_key(0, (7,)), shape, torch.float32, torch.device("cpu"))
+        expected = torch.empty((342,) + shape)
+        source.fill_segments(expected, segments)
+        monkeypatch.setattr(engine_module, "_PAIRS_PER_PASS", rows_per_pass * 6)
+        passes = torch.empty((342,) + shape)
+        source.fill_segments(passes, segments)
+        assert torch.equal(passes, expected)
 
     def test_no_copies_give_no_noise(self):
         engine = MonteCarloEngine(torch.nn.Flatten(), 3, batch_size=10, root_seed=0)
