@@ -33,7 +33,7 @@ from .certificates import ABSTAIN, Certificates, fixed_sigma_guarantee
 from .engine import MonteCarloEngine
 from .regions import NoRegions
 from .sigma import BaseCertifiedSigma, FixedSigma
-from .statistics import certified_radius
+from .statistics import certified_radius, clopper_pearson_lower
 
 __all__ = ["Smoothing", "certify_rows", "guarantee", "prediction_counts"]
 
@@ -235,8 +235,10 @@ def _certify_sample_wise(smoothing, X, engine, regions):
     if chosen.level_reach is None:
         radius = sigma_function.g_radius(chosen.sigma, p_lower, chosen.radius_cap, smoothing.n_features)
     else:
-        radius, reachable_samples = _widen_to_reachable_levels(engine, X_t, sampler, chosen, prediction, p_lower,
-                                                               level_alpha)
+        reachable_n = (sampler.prediction_sample_size if sigma_function.reachable_n is None
+                       else sigma_function.reachable_n)
+        radius, reachable_samples = _widen_to_reachable_levels(engine, X_t, reachable_n, chosen, prediction,
+                                                               p_lower, level_alpha)
         n_samples += reachable_samples
     radius = np.where(prediction >= 0, np.maximum(radius, 0.0), 0.0)
     return Certificates(prediction, radius, chosen.sigma, p_lower, n_samples, chosen.steps,
@@ -244,30 +246,36 @@ def _certify_sample_wise(smoothing, X, engine, regions):
                         guarantee=sigma_function.guarantee)
 
 
-def _widen_to_reachable_levels(engine, X, sampler, chosen, prediction, p_lower, alpha):
+def _widen_to_reachable_levels(engine, X, n_samples, chosen, prediction, p_lower, alpha):
     """Radii of ``G`` where the chosen level's certificate is capped by a level the selector may switch to.
 
     **Proof.** Let ``c`` be the class ``g(., s_k)`` certifies at the chosen
     level ``s_k`` on ``B(x, R_k)``, and ``rho_j`` the radius within which
     the sigma function does not take level ``s_j`` (``chosen.level_reach``).
     Where ``rho_j < R_k`` for some other level, ``g(., s_j)`` is certified
-    too, at a stage of its own (which levels and inputs are sampled depends on
-    the selector's and the chosen level's samples only, never on these),
-    giving ``R_j`` where it certifies ``c`` (else 0). On a ball of radius
-    ``r <= min(R_k, min_j max(R_j, rho_j))`` every ``x'`` has ``sigma(x') =
-    s_j`` for a level with ``r <= rho_j`` (impossible within the ball) or
-    ``r <= R_j``, or the chosen one: so ``G(x') = g(x', sigma(x')) = c``.
-    The selector's bounds and each level's certificate hold together with
-    probability at least ``1 - alpha_share * alpha - K * alpha_level``, the
-    estimator's ``alpha``. Where no other level is reachable within ``R_k``
-    the radius is ``min(R_k, R1)``, as without this widening.
+    too: ``n_samples`` fresh copies at a stage of its own (which levels and
+    inputs are sampled, and ``c``, depend on the selector's and the chosen
+    level's samples only, never on these) bound ``P(f(x + s_j e) = c)`` from
+    below at ``alpha`` (one-sided Clopper-Pearson: ``c`` is fixed before
+    they are drawn, so no selection samples are needed); above 1/2 it
+    certifies ``g(., s_j) = c`` on ``B(x, R_j)``, ``R_j = s_j *
+    PhiInv(bound)`` (Cohen et al., Theorem 1), else ``R_j = 0``. On a ball
+    of radius ``r <= min(R_k, min_j max(R_j, rho_j))`` every ``x'`` has
+    ``sigma(x') = s_j`` for a level with ``r <= rho_j`` (impossible within
+    the ball) or ``r <= R_j``, or the chosen one: so ``G(x') = g(x',
+    sigma(x')) = c``. The selector's bounds and each level's certificate
+    hold together with probability at least ``1 - alpha_share * alpha - K *
+    alpha_level``, the estimator's ``alpha``. Where no other level is
+    reachable within ``R_k`` the radius is ``min(R_k, R1)``, as without this
+    widening.
 
     Parameters
     ----------
     engine : MonteCarloEngine
         The classifier's engine, keyed by the inputs.
     X : torch.Tensor, shape (n_inputs, *input_shape)
-    sampler : BaseSampler
+    n_samples : int
+        Copies per reachable level's certificate.
     chosen : CertifiedSigmaResult
         With ``level_reach`` and ``levels``.
     prediction : ndarray of int, shape (n_inputs,)
@@ -280,26 +288,26 @@ def _widen_to_reachable_levels(engine, X, sampler, chosen, prediction, p_lower, 
     Returns
     -------
     radius : ndarray of float, shape (n_inputs,)
-    n_samples : ndarray of int, shape (n_inputs,)
+    spent : ndarray of int, shape (n_inputs,)
         Classifier samples spent at the other levels.
     """
     own = certified_radius(chosen.sigma, p_lower)
     capped = (prediction >= 0) & (chosen.radius_cap < own)
     radius = own.copy()
-    n_samples = np.zeros(len(X), dtype=np.int64)
+    spent = np.zeros(len(X), dtype=np.int64)
     for index, level in enumerate(chosen.levels):
         other = chosen.sigma != level
         reach = chosen.level_reach[:, index]
         rows = np.flatnonzero(capped & other & (reach < own))
         level_radius = np.zeros(len(X))
         if len(rows):
-            certified = sampler.certify(engine.restricted(rows), X[rows], np.full(len(rows), level), alpha,
-                                        (REACHABLE_LEVEL_STAGE, index))
-            level_radius[rows] = np.where(certified.prediction == prediction[rows],
-                                          certified_radius(level, certified.p_lower), 0.0)
-            n_samples[rows] += certified.n_samples
+            counts = engine.restricted(rows).class_counts(X[rows], np.full(len(rows), level), n_samples,
+                                                          (REACHABLE_LEVEL_STAGE, index))
+            bound = clopper_pearson_lower(counts[np.arange(len(rows)), prediction[rows]], n_samples, alpha)
+            level_radius[rows] = certified_radius(level, bound)
+            spent[rows] += n_samples
         radius = np.where(other, np.minimum(radius, np.maximum(level_radius, reach)), radius)
-    return radius, n_samples
+    return radius, spent
 
 
 def prediction_counts(smoothing, X, root_seed, regions):

@@ -131,7 +131,7 @@ def exact_g(X):
     return (z[np.arange(len(X)), level_index] > 0).astype(np.int64)
 
 
-def closed_form_classifier(n=300, reachable=False, expert_lines=EXPERT_LINES, **params):
+def closed_form_classifier(n=300, reachable=False, expert_lines=EXPERT_LINES, reachable_n=None, **params):
     """A fitted estimator around the closed-form experts and selector (no training).
 
     Parameters
@@ -142,6 +142,8 @@ def closed_form_classifier(n=300, reachable=False, expert_lines=EXPERT_LINES, **
         The selector's ``certify_reachable_levels``.
     expert_lines : tuple
         ``(weight, bias)`` of each level's expert.
+    reachable_n : int or None
+        The selector's ``reachable_n``.
     **params
         Override the estimator's defaults (e.g. ``certify_batch_size``, ``n_jobs``).
 
@@ -151,7 +153,8 @@ def closed_form_classifier(n=300, reachable=False, expert_lines=EXPERT_LINES, **
     """
     experts = NoiseLevelExperts(LEVELS, [LinearLogits(weight, bias) for weight, bias in expert_lines])
     selector = CertifiedSigmaSelector(selector=LinearLogits(*SELECTOR_LINE), fit_selector=False,
-                                      selector_sigma=SELECTOR_SIGMA, n=n, n0=50, certify_reachable_levels=reachable)
+                                      selector_sigma=SELECTOR_SIGMA, n=n, n0=50, certify_reachable_levels=reachable,
+                                      reachable_n=reachable_n)
     params = {"training": Pretrained(), "sigma_search": selector, "sampler": FixedSampler(n=n, n0=50),
               "alpha": ALPHA, "max_epochs": 0, "random_state": 0, "certify_batch_size": 4000, **params}
     clf = SampleWiseSmoothedClassifier(experts, **params)
@@ -182,20 +185,27 @@ def closed_form_certificates():
     return X, prediction, radius, details
 
 
-@pytest.fixture(scope="module", params=["crossing experts", "agreeing experts"])
+@pytest.fixture(scope="module", params=[("crossing experts", None), ("agreeing experts", None),
+                                        ("crossing experts", 60), ("agreeing experts", 60)],
+                ids=lambda param: f"{param[0]}, reachable_n={param[1]}")
 def reachable_certificates(request):
     """Certificates with the levels the selector may switch to certified too, and without, on 300 inputs.
+
+    The other levels' certificates take the sampler's n, or ``reachable_n`` copies.
 
     Returns
     -------
     tuple
-        ``(expert_lines, X, prediction, radius, details, plain_prediction, plain_radius, plain_details)``.
+        ``(expert_lines, reachable_n, X, prediction, radius, details, plain_prediction, plain_radius,
+        plain_details)``.
     """
-    expert_lines = EXPERT_LINES if request.param == "crossing experts" else AGREEING_EXPERT_LINES
+    experts, reachable_n = request.param
+    expert_lines = EXPERT_LINES if experts == "crossing experts" else AGREEING_EXPERT_LINES
     X = inputs_near_the_selector_line(300)
-    reachable = closed_form_classifier(reachable=True, expert_lines=expert_lines).certify(X, return_details=True)
+    reachable = closed_form_classifier(reachable=True, expert_lines=expert_lines,
+                                       reachable_n=reachable_n).certify(X, return_details=True)
     plain = closed_form_classifier(expert_lines=expert_lines).certify(X, return_details=True)
-    return (expert_lines, X, *reachable, *plain)
+    return (expert_lines, reachable_n, X, *reachable, *plain)
 
 
 class TestExactCheck:
@@ -244,7 +254,7 @@ class TestSoundnessForG:
         assert failures > binomial_bound(len(certified), ALPHA)
 
     def test_certificates_with_reachable_levels_hold_on_their_balls(self, reachable_certificates):
-        expert_lines, X, prediction, radius, _, _, _, _ = reachable_certificates
+        expert_lines, _, X, prediction, radius, _, _, _, _ = reachable_certificates
         certified = np.flatnonzero(prediction != ABSTAIN)
         assert len(certified) > 0.8 * len(X)
         failures = sum(g_disagrees_on_ball(X[i], radius[i], prediction[i], expert_lines) for i in certified)
@@ -255,10 +265,15 @@ class TestSoundnessForG:
         # Near the selector's line R1 caps most radii; where the other level's expert certifies the same class,
         # the radius becomes the smaller of the two experts' radii. The chosen level's alpha is split, so a
         # radius that no other level widens is a little smaller.
-        expert_lines, _, prediction, radius, details, plain_prediction, plain, plain_details = reachable_certificates
+        (expert_lines, reachable_n, _, prediction, radius, details, plain_prediction, plain,
+         plain_details) = reachable_certificates
         both = (plain_prediction != ABSTAIN) & (prediction != ABSTAIN)
         widened = radius[both] > plain[both] + 0.05
         assert np.all(details.n_samples[both][widened] > plain_details.n_samples[both][widened])
+        # The other levels' copies come in whole certificates of reachable_n (else the sampler's n = 300), with
+        # no selection copies: the class is the chosen level's.
+        extra = details.n_samples[both] - plain_details.n_samples[both]
+        assert set(np.unique(extra[widened])) <= {reachable_n or 300}
         if expert_lines is AGREEING_EXPERT_LINES:
             assert widened.mean() > 0.3
             assert radius[both].mean() > 1.2 * plain[both].mean()

@@ -237,6 +237,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         classifier ``G``, same ``predict``; only the certificate changes.
         On real MNIST it lifts the ACR by 9-32% (R1 capped 40-64% of the
         radii); False gives the plain ``min(R1, R2)`` above.
+    reachable_n : int or None, default=None
+        Classifier samples of each other level's certificate with
+        ``certify_reachable_levels``: a one-sided Clopper-Pearson bound on
+        the probability of the class the chosen level certifies (fixed
+        before these samples are drawn, so no selection samples). None
+        takes the sampler's ``n`` (``prediction_sample_size``).
     selector_objective : BaseObjective or None, default=None
         Training objective of the selector (above), called with a view of
         the selector that has ``module_`` (the selector), ``criterion_``
@@ -291,12 +297,13 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         "selector_objective": [HasMethods(["loss"]), None],
         "min_level_gain": [Interval(Real, 0, None, closed="left"), None],
         "certify_reachable_levels": ["boolean"],
+        "reachable_n": [SAMPLE_SIZE, None],
     }
-    _refit_free_parameters = ("n", "n0", "alpha_share", "certify_reachable_levels")
+    _refit_free_parameters = ("n", "n0", "alpha_share", "certify_reachable_levels", "reachable_n")
 
     def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=None, n=10_000, n0=100,
                  alpha_share=0.1, selector_epochs=None, target_neighbors=100, selector_objective=None,
-                 min_level_gain=0.02, certify_reachable_levels=True):
+                 min_level_gain=0.02, certify_reachable_levels=True, reachable_n=None):
         self.levels = levels
         self.selector = selector
         self.fit_selector = fit_selector
@@ -309,6 +316,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         self.selector_objective = selector_objective
         self.min_level_gain = min_level_gain
         self.certify_reachable_levels = certify_reachable_levels
+        self.reachable_n = reachable_n
 
     def _check_consistency(self):
         if self.levels is not None:
