@@ -293,12 +293,16 @@ def _widen_to_reachable_levels(engine, X, n_samples, chosen, prediction, p_lower
     """
     own = certified_radius(chosen.sigma, p_lower)
     capped = (prediction >= 0) & (chosen.radius_cap < own)
+    # A level's certificate gives at most this radius: all n_samples copies on c.
+    largest = certified_radius(chosen.levels, np.full(len(chosen.levels), clopper_pearson_lower(
+        n_samples, n_samples, alpha)))
+    wanted = capped[:, None] & levels_worth_sampling(own, chosen.sigma, chosen.levels, chosen.level_reach, largest)
     radius = own.copy()
     spent = np.zeros(len(X), dtype=np.int64)
     for index, level in enumerate(chosen.levels):
         other = chosen.sigma != level
         reach = chosen.level_reach[:, index]
-        rows = np.flatnonzero(capped & other & (reach < own))
+        rows = np.flatnonzero(wanted[:, index])
         level_radius = np.zeros(len(X))
         if len(rows):
             counts = engine.restricted(rows).class_counts(X[rows], np.full(len(rows), level), n_samples,
@@ -308,6 +312,39 @@ def _widen_to_reachable_levels(engine, X, n_samples, chosen, prediction, p_lower
             spent[rows] += n_samples
         radius = np.where(other, np.minimum(radius, np.maximum(level_radius, reach)), radius)
     return radius, spent
+
+
+def levels_worth_sampling(own, sigma, levels, reach, largest):
+    """Where another level's certificate can widen the radius of ``G``, whatever its samples.
+
+    The widened radius is ``min(R_k, min_j max(R_j, rho_j))`` over the other
+    levels ``j`` (:func:`_widen_to_reachable_levels`), with ``0 <= R_j <=
+    largest_j``. It is at most the ceiling ``c = min(R_k, min_j max(largest_j,
+    rho_j))``; a level with ``rho_j >= c`` has ``max(R_j, rho_j) >= c`` for any
+    ``R_j``, so its term never binds, and its certificate (``R_j = 0`` in its
+    place) changes no radius. The choice depends on the selector's and the
+    chosen level's samples only, so the sampled levels' bounds stay
+    independent of it.
+
+    Parameters
+    ----------
+    own : ndarray of float, shape (n_inputs,)
+        ``R_k``, the chosen level's radius.
+    sigma : ndarray of float, shape (n_inputs,)
+        The chosen level.
+    levels : ndarray of float, shape (K,)
+    reach : ndarray of float, shape (n_inputs, K)
+        ``rho_j``, within which the selector cannot switch to level ``j``.
+    largest : ndarray of float, shape (K,)
+        The largest radius each level's certificate can give.
+
+    Returns
+    -------
+    ndarray of bool, shape (n_inputs, K)
+    """
+    other = sigma[:, None] != levels[None, :]
+    ceiling = np.minimum(own, np.where(other, np.maximum(reach, largest[None, :]), np.inf).min(axis=1))
+    return other & (reach < ceiling[:, None])
 
 
 def prediction_counts(smoothing, X, root_seed, regions):

@@ -28,6 +28,7 @@ import torch
 from scipy import optimize, stats
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk._certification import levels_worth_sampling
 from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler
@@ -285,6 +286,28 @@ class TestSoundnessForG:
         assert len(answered) > 0.8 * len(X)
         wrong = np.sum(prediction[answered] != exact_g(X[answered]))
         assert wrong <= binomial_bound(len(answered), ALPHA)
+
+
+class TestLevelsWorthSampling:
+    def test_a_skipped_level_never_changes_a_radius_whatever_its_certificate(self):
+        # The widened radius min(R_k, min_j max(R_j, rho_j)) over the other levels, for any outcome 0 <= R_j <=
+        # largest_j of their certificates, equals the radius with R_j = 0 at the skipped levels.
+        rng = np.random.default_rng(0)
+        levels, n_inputs = np.array([0.25, 0.5, 1.0]), 20_000
+        sigma = rng.choice(levels, n_inputs)
+        own, reach = rng.uniform(0, 4, n_inputs), rng.uniform(0, 4, (n_inputs, 3))
+        largest = levels * 3.7
+        outcome = rng.uniform(0, 1, (n_inputs, 3)) ** 4 * largest  # radii near 0 and near the largest
+        wanted = levels_worth_sampling(own, sigma, levels, reach, largest)
+        other = sigma[:, None] != levels
+
+        def widened(level_radius):
+            terms = np.where(other, np.maximum(level_radius, reach), np.inf)
+            return np.minimum(own, terms.min(axis=1))
+
+        np.testing.assert_array_equal(widened(np.where(wanted, outcome, 0.0)), widened(outcome))
+        # And it skips: far fewer certificates than every level reachable within the chosen one's radius.
+        assert wanted.sum() < 0.7 * (other & (reach < own[:, None])).sum()
 
 
 class TestStateless:
