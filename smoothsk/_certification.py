@@ -235,8 +235,9 @@ def _certify_sample_wise(smoothing, X, engine, regions):
     if chosen.level_reach is None:
         radius = sigma_function.g_radius(chosen.sigma, p_lower, chosen.radius_cap, smoothing.n_features)
     else:
-        reachable_n = (sampler.prediction_sample_size if sigma_function.reachable_n is None
-                       else sigma_function.reachable_n)
+        reachable_n = sampler.prediction_sample_size
+        if sigma_function.reachable_n is not None:
+            reachable_n = min(reachable_n, sigma_function.reachable_n)
         radius, reachable_samples = _widen_to_reachable_levels(engine, X_t, reachable_n, chosen, prediction,
                                                                p_lower, level_alpha)
         n_samples += reachable_samples

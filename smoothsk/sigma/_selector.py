@@ -237,12 +237,17 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         classifier ``G``, same ``predict``; only the certificate changes.
         On real MNIST it lifts the ACR by 9-32% (R1 capped 40-64% of the
         radii); False gives the plain ``min(R1, R2)`` above.
-    reachable_n : int or None, default=None
+    reachable_n : int or None, default=20_000
         Classifier samples of each other level's certificate with
-        ``certify_reachable_levels``: a one-sided Clopper-Pearson bound on
-        the probability of the class the chosen level certifies (fixed
-        before these samples are drawn, so no selection samples). None
-        takes the sampler's ``n`` (``prediction_sample_size``).
+        ``certify_reachable_levels``, at most the sampler's ``n``
+        (``prediction_sample_size``; None takes it): a one-sided
+        Clopper-Pearson bound on the probability of the class the chosen
+        level certifies (fixed before these samples are drawn, so no
+        selection samples). A level is sampled only where its certificate
+        can widen the radius. On real MNIST (three Gaussian LeNet experts,
+        n = 100,000, 150 images) 20,000 certifies 1.1% less ACR than the
+        sampler's n, with 18% more samples per image than one expert's
+        certificate against 53%.
     selector_objective : BaseObjective or None, default=None
         Training objective of the selector (above), called with a view of
         the selector that has ``module_`` (the selector), ``criterion_``
@@ -303,7 +308,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
 
     def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=None, n=10_000, n0=100,
                  alpha_share=0.1, selector_epochs=None, target_neighbors=100, selector_objective=None,
-                 min_level_gain=0.02, certify_reachable_levels=True, reachable_n=None):
+                 min_level_gain=0.02, certify_reachable_levels=True, reachable_n=20_000):
         self.levels = levels
         self.selector = selector
         self.fit_selector = fit_selector
