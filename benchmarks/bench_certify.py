@@ -23,6 +23,10 @@ copies per batch); the last two certify their untrained weights as they are
   estimation samples in batches of at most ``batch_size`` copies of that
   input, noise from ``torch.randn_like``.
 
+Last, the noise alone: certify's keyed CPU source (Philox words and the
+Box-Muller transform) against ``normal_``, per copy: on the CPU the gap
+between certify and the forward-pass limit is mostly this difference.
+
 Targets (CPU): (i) n = 20,000 per input: certify >= 0.95x the forward-pass
 limit; (ii) n = 200 per input over 500 inputs: certify >= 1.0x the per-input
 loop; (iii) n = 10,000 per input over 8 inputs: certify >= 1.0x the per-input
@@ -47,6 +51,7 @@ from scipy import stats
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.allocator import keep_freed_memory
 from smoothsk.datasets import load_digits_images
+from smoothsk.engine import _NoiseSource, stage_key
 from smoothsk.models import CifarResNet, DigitsCNN, LeNet
 from smoothsk.sampling import FixedSampler
 from smoothsk.training import FixedSigmaTraining, Pretrained
@@ -136,6 +141,27 @@ def forward_on_normal(module, X, n, batch_size):
             size = min(batch_size, total - start)
             noise[:size].normal_(0.0, SIGMA, generator=generator)
             module(clean[:size] + noise[:size])
+
+
+def noise_cost(shape, batch_size, repeats, clock):
+    """Median seconds per copy of one batch of standard normal noise: certify's keyed CPU source and ``normal_``.
+
+    The keyed source draws the copies of one input far into its stream (as
+    at large n), ``normal_`` fills a reused buffer; interleaved.
+
+    Returns
+    -------
+    dict of str to float
+        ``"keyed"`` and ``"normal_"``.
+    """
+    source = _NoiseSource(stage_key(0, (1,)), shape, torch.float32, torch.device("cpu"))
+    out = torch.empty((batch_size,) + shape)
+    times = {"keyed": [], "normal_": []}
+    for draw in range(repeats):
+        first = 20_000 + draw * batch_size
+        times["keyed"].append(timed(source.fill_segments, out, [(draw, first, first + batch_size)], clock=clock)[0])
+        times["normal_"].append(timed(out.normal_, clock=clock)[0])
+    return {name: float(np.median(values)) / batch_size for name, values in times.items()}
 
 
 def forward_cost(module, shape, batch_size, repeats, clock):
@@ -233,6 +259,10 @@ def main():
                         f"(median of {repeats} back-to-back ratios, range {ratios.min():.2f}-{ratios.max():.2f}; "
                         f"target >= {target}x): {'met' if ratio >= target else 'NOT met'}")
     print("\n" + "\n".join(verdicts))
+
+    noise = noise_cost(tuple(X_test.shape[1:]), clf.certify_batch_size, 50 * repeats, clock)
+    print(f"\nNoise alone, {clf.certify_batch_size} copies per batch (median of {50 * repeats} interleaved draws): "
+          f"certify's keyed source {noise['keyed'] * 1e6:.2f} us per copy, normal_ {noise['normal_'] * 1e6:.2f}")
 
     # What a forward pass costs per sample at the batch sizes the methods run:
     # the per-input loop's batches hold n0 or n copies, certify's are full.
