@@ -213,31 +213,56 @@ def router(name, splits, settings, out):
     No expert is trained again (``Pretrained``): the selector is fitted on
     the training split with its defaults and certifies its level per input
     (``G``, stateless), the expert of that level certifies the class. The
-    fitted router is saved (experts and selector in one model file) and read
-    back by later runs at the same ``n``, so its two certificate variants
-    share one fit; the fit's seconds are None when read back.
+    fitted router is saved (experts and selector in one model file, named by
+    what its fit depends on) and read back by later runs, so certificate
+    variants share one fit: ``--selector`` parameters that need no refit
+    (e.g. ``reachable_n``, the selector's ``n``) are set on the router read
+    back. The fit's seconds are None when read back.
     """
-    # The selector's targets are scored at the certification budget: one fit per n.
-    model_path = out / (f"router-{stem(name, None, splits, settings, model=True)}-n{settings['n']}"
-                        f"{selector_tag(settings)}.safetensors")
+    fit_params, certify_params = selector_params(settings)
+    # The selector's targets are scored at the certification budget (--router-fit-n): one fit per such n.
+    fit_n = settings.get("router_fit_n", settings["n"])
+    model_path = out / (f"router-{stem(name, None, splits, settings, model=True)}-n{fit_n}"
+                        f"{params_tag(fit_params)}.safetensors")
     if model_path.exists():
-        return read_back(model_path, settings), None
-    experts = [trained(name, sigma, splits, settings, out)[0].module_ for sigma in SIGMAS]
-    return fitted(model_path, SampleWiseSmoothedClassifier(
-        NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(
-            **selector_params(settings)),
-        max_epochs=min(settings["epochs"], SELECTOR_EPOCHS), **estimator_settings(settings)), splits, settings)
+        clf, seconds = read_back(model_path, settings), None
+    else:
+        experts = [trained(name, sigma, splits, settings, out)[0].module_ for sigma in SIGMAS]
+        clf, seconds = fitted(model_path, SampleWiseSmoothedClassifier(
+            NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(
+                **fit_params), max_epochs=min(settings["epochs"], SELECTOR_EPOCHS),
+            **estimator_settings({**settings, "n": fit_n})), splits, settings)
+    return clf.set_params(**{f"sigma_search__{key}": value for key, value in certify_params.items()}), seconds
 
 
 def selector_params(settings):
-    """The router's ``CertifiedSigmaSelector`` parameters from ``--selector`` (``name=number,...``; none: defaults)."""
+    """The router's ``CertifiedSigmaSelector`` parameters from ``--selector`` (``name=number,...``; none: defaults).
+
+    Returns
+    -------
+    fit_params : dict
+        The given parameters a fit depends on.
+    certify_params : dict
+        Every parameter that needs no refit, given or default, so that a
+        router read back certifies with this run's values.
+    """
     pairs = (item.split("=") for item in settings.get("selector", "").split(",") if item)
-    return {key: float(value) if "." in value else int(value) for key, value in pairs}
+    given = {key: float(value) if "." in value else int(value) for key, value in pairs}
+    refit_free = CertifiedSigmaSelector._refit_free_parameters
+    defaults = CertifiedSigmaSelector().get_params()
+    return ({key: value for key, value in given.items() if key not in refit_free},
+            {key: given.get(key, defaults[key]) for key in refit_free})
+
+
+def params_tag(params):
+    """A file-name suffix for parameters (``-n100000-reachable_n20000``; "" for none)."""
+    return "".join(f"-{key}{value}" for key, value in params.items())
 
 
 def selector_tag(settings):
-    """The routers' file-name suffix for ``--selector`` ("" for the defaults)."""
-    return "-" + settings["selector"].replace("=", "").replace(",", "-") if "selector" in settings else ""
+    """The router rows' file-name suffix for ``--selector`` and ``--router-fit-n`` ("" for neither)."""
+    text = "-" + settings["selector"].replace("=", "").replace(",", "-") if "selector" in settings else ""
+    return text + (f"-fit{settings['router_fit_n']}" if "router_fit_n" in settings else "")
 
 
 def pfat_selector(splits, settings, out):
@@ -429,6 +454,9 @@ def main():
                              "the files")
     parser.add_argument("--selector", help="the routers' CertifiedSigmaSelector parameters other than the "
                                            "defaults, e.g. n=100000,selector_sigma=1.0 (named in their files)")
+    parser.add_argument("--router-fit-n", type=int,
+                        help="the budget at which the routers' selector targets are scored (default: --n); e.g. "
+                             "10000 with --n 100000 certifies the router fitted for n = 10,000 at n = 100,000")
     parser.add_argument("--loop-images", type=int, default=20,
                         help="images timed against Cohen et al.'s per-input loop (0: skip; default 20)")
     for option, meaning in (("n", "noisy samples per certificate"), ("images", "certify images, the first so many"),
@@ -443,6 +471,8 @@ def main():
     settings.update(device=args.device, certify_batch_size=args.certify_batch_size)
     if args.selector:
         settings["selector"] = args.selector
+    if args.router_fit_n:
+        settings["router_fit_n"] = args.router_fit_n
     if args.optimizer and args.optimizer != "ours":
         settings["optimizer"] = args.optimizer
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
