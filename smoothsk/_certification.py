@@ -298,21 +298,40 @@ def _widen_to_reachable_levels(engine, X, n_samples, chosen, prediction, p_lower
     largest = certified_radius(chosen.levels, np.full(len(chosen.levels), clopper_pearson_lower(
         n_samples, n_samples, alpha)))
     wanted = capped[:, None] & levels_worth_sampling(own, chosen.sigma, chosen.levels, chosen.level_reach, largest)
-    radius = own.copy()
+    level_radius = np.zeros_like(chosen.level_reach)  # R_j: 0 where a level is not sampled
     spent = np.zeros(len(X), dtype=np.int64)
     for index, level in enumerate(chosen.levels):
-        other = chosen.sigma != level
-        reach = chosen.level_reach[:, index]
         rows = np.flatnonzero(wanted[:, index])
-        level_radius = np.zeros(len(X))
         if len(rows):
             counts = engine.restricted(rows).class_counts(X[rows], np.full(len(rows), level), n_samples,
                                                           (REACHABLE_LEVEL_STAGE, index))
             bound = clopper_pearson_lower(counts[np.arange(len(rows)), prediction[rows]], n_samples, alpha)
-            level_radius[rows] = certified_radius(level, bound)
+            level_radius[rows, index] = certified_radius(level, bound)
             spent[rows] += n_samples
-        radius = np.where(other, np.minimum(radius, np.maximum(level_radius, reach)), radius)
-    return radius, spent
+    return _widened_radius(own, chosen.sigma, chosen.levels, level_radius, chosen.level_reach), spent
+
+
+def _widened_radius(own, sigma, levels, level_radius, reach):
+    """``min(R_k, min_j max(R_j, rho_j))`` over the levels ``j`` other than each input's chosen one.
+
+    Parameters
+    ----------
+    own : ndarray of float, shape (n_inputs,)
+        ``R_k``, the chosen level's radius.
+    sigma : ndarray of float, shape (n_inputs,)
+        The chosen level.
+    levels : ndarray of float, shape (K,)
+    level_radius : ndarray of float, shape (n_inputs, K) or (1, K)
+        ``R_j``.
+    reach : ndarray of float, shape (n_inputs, K)
+        ``rho_j``.
+
+    Returns
+    -------
+    ndarray of float, shape (n_inputs,)
+    """
+    other = sigma[:, None] != levels[None, :]
+    return np.minimum(own, np.where(other, np.maximum(level_radius, reach), np.inf).min(axis=1))
 
 
 def levels_worth_sampling(own, sigma, levels, reach, largest):
@@ -343,9 +362,8 @@ def levels_worth_sampling(own, sigma, levels, reach, largest):
     -------
     ndarray of bool, shape (n_inputs, K)
     """
-    other = sigma[:, None] != levels[None, :]
-    ceiling = np.minimum(own, np.where(other, np.maximum(reach, largest[None, :]), np.inf).min(axis=1))
-    return other & (reach < ceiling[:, None])
+    ceiling = _widened_radius(own, sigma, levels, largest[None, :], reach)
+    return (sigma[:, None] != levels[None, :]) & (reach < ceiling[:, None])
 
 
 def prediction_counts(smoothing, X, root_seed, regions):
