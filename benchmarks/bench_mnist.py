@@ -9,9 +9,12 @@ one sigma and certifies ``g`` at that sigma; beside its ACR stands the
 published ACR of the same training on the same 500 images (Jeong and Shin
 2020's released logs, LeNet trained on all 60,000 images) and the ratio.
 
-Rows: Gaussian (Cohen et al.), Consistency (m = 2, eta 0.5, lambda 10 at sigma
-0.25 and 5 at 0.5 and 1.0), MACER, SmoothAdv (PGD, 10 steps, epsilon 1.0,
-m = 4) and SmoothAdv + Consistency. Per-input sigma over one training's three
+Rows, with the settings of Jeong and Shin's released MNIST logs: Gaussian
+(Cohen et al.), Consistency (m = 2, eta 0.5, lambda 10 at sigma 0.25 and 5 at
+0.5 and 1.0), MACER (m = 16, beta 16, gamma 8, lambda 16 at 0.25 and 0.5 and
+6 at 1.0, the radius term deferred to the first learning-rate drop), SmoothAdv
+(PGD, 10 steps, epsilon 1.0 warmed up over the first 10 of 90 epochs, m = 4)
+and SmoothAdv + Consistency (that SmoothAdv, lambda 1). Per-input sigma over one training's three
 models (``router-<training>``): the three LeNets as experts of a
 ``NoiseLevelExperts``, used as trained (``Pretrained``), routed by a
 ``CertifiedSigmaSelector`` with its defaults (n = 10,000 selector samples) fitted on the training split
@@ -110,15 +113,22 @@ SAMPLE_WISE_ROWS = ("pfat-online", "insta-rs", "ddrs-memory")
 SAMPLERS = {"iss": InputSpecificSampler, "sequential": SequentialSampler}
 
 
-def objective(name, sigma):
-    """The training objective of row ``name`` at ``sigma`` (the published settings)."""
-    lbd = 10.0 if sigma == 0.25 else 5.0
-    smoothadv = SmoothAdv(epsilon=1.0, steps=10, num_noise=4)
+def objective(name, sigma, epochs):
+    """The training objective of row ``name`` at ``sigma`` for ``epochs`` (the settings of the published logs).
+
+    Jeong and Shin's released MNIST logs: MACER ``macer_deferred30/num_16/
+    lbd_16.0`` (``lbd_6.0`` at sigma 1.0), SmoothAdv ``pgd_255.0_10_10/num_4``
+    (epsilon 1.0, 10 steps, warm-up over 10 epochs), SmoothAdv + Consistency
+    ``salman_255.0_10_10/num_4/lbd_1.0``; the deferral and the warm-up scale
+    with ``epochs`` (30 and 10 of 90).
+    """
+    smoothadv = SmoothAdv(epsilon=1.0, steps=10, num_noise=4, warmup_epochs=max(1, epochs // 9))
     return {"gaussian": GaussianNoise(),
-            "consistency": Consistency(lbd=lbd, eta=0.5),
-            "macer": Macer(),
+            "consistency": Consistency(lbd=10.0 if sigma == 0.25 else 5.0, eta=0.5),
+            "macer": Macer(num_noise=16, beta=16.0, gamma=8.0, lbd=6.0 if sigma == 1.0 else 16.0,
+                           deferred_epochs=epochs // 3),
             "smoothadv": smoothadv,
-            "smoothadv+consistency": Consistency(lbd=lbd, eta=0.5, base=smoothadv)}[name]
+            "smoothadv+consistency": Consistency(lbd=1.0, eta=0.5, base=smoothadv)}[name]
 
 
 #: The optimisers a row can train with (``--optimizer``): ours (the default), and Jeong and Shin's released
@@ -182,8 +192,8 @@ def classifier(name, sigma, settings):
     """
     decay = LRScheduler(policy="StepLR", step_size=max(1, settings["epochs"] // 3), gamma=0.1)
     return SampleWiseSmoothedClassifier(
-        LeNet, training=FixedSigmaTraining(sigma, objective(name, sigma)), max_epochs=settings["epochs"],
-        callbacks=[("lr_decay", decay)], **estimator_settings(settings))
+        LeNet, training=FixedSigmaTraining(sigma, objective(name, sigma, settings["epochs"])),
+        max_epochs=settings["epochs"], callbacks=[("lr_decay", decay)], **estimator_settings(settings))
 
 
 def stem(name, sigma, splits, settings, model=False):

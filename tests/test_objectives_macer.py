@@ -35,3 +35,20 @@ def test_macer_hinge_inactive_beyond_gamma():
     terms = Macer(num_noise=2, beta=1.0, gamma=0.5).terms(net, torch.zeros((2, 4)), torch.tensor([0, 0]),
                                                           torch.full((2,), 0.3))
     assert torch.all(terms.radius == 0)  # the gap (0.99) exceeds gamma
+
+
+def test_macer_defers_the_radius_term_to_the_epoch_after_deferred_epochs():
+    X, y, sigma = torch.zeros((3, 4)), torch.tensor([0, 0, 1]), torch.full((3,), 0.5)
+    macer = Macer(num_noise=2, beta=1.0, gamma=8.0, lbd=3.0, deferred_epochs=2)
+
+    def loss_in_epoch(epoch):  # from 0: skorch's history has an entry for the running epoch
+        net = SimpleNamespace(module_=ConstantLogits(), noise_generator_=torch.Generator().manual_seed(0),
+                              history=[{}] * (epoch + 1))
+        return macer.loss(net, X, y, sigma)[0]
+
+    net = SimpleNamespace(module_=ConstantLogits(), noise_generator_=torch.Generator().manual_seed(0))
+    terms = macer.terms(net, X, y, sigma)
+    assert torch.all(terms.radius[:2] > 0)
+    for epoch in (0, 1):
+        torch.testing.assert_close(loss_in_epoch(epoch), terms.classification.mean())
+    torch.testing.assert_close(loss_in_epoch(2), (terms.classification + 3.0 * terms.radius).mean())
