@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+import torch
+from sklearn.exceptions import ConvergenceWarning
 
 from smoothsk.sigma._selector_training import useful_levels
 
@@ -32,9 +34,30 @@ class TestUsefulLevels:
         assert useful_levels(radius, 0.0).tolist() == [0, 2]  # level 1 raises nothing
 
 
+def _deep_linear_selector(lr):
+    """:func:`untrained_experts` (seeded), a deep linear selector: at lr 1 and momentum 0.9 its training diverges."""
+    torch.manual_seed(0)
+    clf, X, y = untrained_experts(selector_epochs=10, lr=lr, optimizer__momentum=0.9)
+    clf.sigma_search.set_params(
+        selector=torch.nn.Sequential(torch.nn.Linear(5, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 3)))
+    return clf, X, y
+
+
 class TestDivergence:
+    def test_a_diverged_training_restarts_from_its_initial_weights_at_a_quarter_of_the_rate(self):
+        restarted, X, y = _deep_linear_selector(lr=1.0)
+        with pytest.warns(ConvergenceWarning, match=r"^The selector's training loss is not finite in epoch \d+ at "
+                                                    r"lr 1\.0: it restarts from its initial weights at lr 0\.25\.$"):
+            restarted.fit(X, y)
+        direct = _deep_linear_selector(lr=0.25)[0].fit(X, y)
+        for name, weight in direct.sigma_search_.selector_module_.state_dict().items():
+            torch.testing.assert_close(restarted.sigma_search_.selector_module_.state_dict()[name], weight,
+                                       rtol=0, atol=0)
+
     def test_a_diverging_selector_training_stops_with_a_clear_error(self):
         clf, X, y = untrained_experts(selector_epochs=3, lr=float("inf"))
-        with pytest.raises(FloatingPointError, match=r"^The selector's training loss is not finite in epoch \d "
-                                                     r"\(objective Consistency\): .* Lower the estimator's lr"):
+        with (pytest.raises(FloatingPointError, match=r"^The selector's training loss is not finite in epoch \d "
+                                                      r"\(objective Consistency\) at every rate tried, .* Lower the "
+                                                      r"estimator's lr"),
+              pytest.warns(ConvergenceWarning, match="restarts from its initial weights")):
             clf.fit(X, y)

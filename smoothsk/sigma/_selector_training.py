@@ -4,10 +4,12 @@ Only how the selector is trained lives here; the guarantee of
 :class:`~smoothsk.sigma.CertifiedSigmaSelector` holds for any selector.
 """
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.neighbors import NearestNeighbors
 
 from .._modes import evaluating
@@ -23,6 +25,10 @@ from ._grid import sigma_radii
 #: assignment that makes the selector's training targets (PFAT Eq. 5, App. A.1).
 _ASSIGN_SAMPLES = 500
 _ASSIGN_ALPHA = 0.001
+
+#: How often the selector's training restarts after its loss diverged, each time at this factor on the rate.
+_RESTARTS = 3
+_RESTART_LR_FACTOR = 0.25
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,16 @@ def train_selector(context, module, X, targets, objective, selector_sigma, epoch
     the module's own randomness (torch's global generator, restored
     afterwards) come from the seeds of the ``SELECTOR_*_SALT`` purposes.
 
+    The selector sees its inputs at ``selector_sigma``, often twice the
+    classifier's largest level: their norms, and with them the curvature of
+    the loss, are several times those the estimator's learning rate was set
+    for, and its training can diverge where the classifier's did not. Where
+    the loss is not finite at the end of an epoch, the training restarts
+    from the initial weights and the same seeds at a quarter of the rate
+    (with a ``ConvergenceWarning``), up to :data:`_RESTARTS` times. A
+    training that stays finite is the same with or without this: the rate
+    changes only after a divergence.
+
     Parameters
     ----------
     context : SigmaFitContext
@@ -149,12 +165,41 @@ def train_selector(context, module, X, targets, objective, selector_sigma, epoch
     objective : BaseObjective
     selector_sigma : float
     epochs : int
+
+    Raises
+    ------
+    FloatingPointError
+        Where the training diverges at every rate tried.
     """
     X, targets = X[targets >= 0], targets[targets >= 0]
     if len(X) == 0:
         raise ValueError("No training input is classified correctly at any of the selector's levels: the selector "
                          "has no target to learn. Train the classifier longer, or check the levels.")
-    optimizer = context.optimizer_factory(module.parameters())
+    initial = {name: value.clone() for name, value in module.state_dict().items()}
+    rates = []
+    for restart in range(_RESTARTS + 1):
+        optimizer = context.optimizer_factory(module.parameters())
+        for group in optimizer.param_groups:
+            group["lr"] *= _RESTART_LR_FACTOR ** restart
+        rates.append(optimizer.param_groups[0]["lr"])
+        diverged_epoch = _train_epochs(context, module, X, targets, objective, selector_sigma, epochs, optimizer)
+        if diverged_epoch is None:
+            module.eval()
+            return
+        module.load_state_dict(initial)
+        if restart < _RESTARTS:
+            warnings.warn(f"The selector's training loss is not finite in epoch {diverged_epoch} at lr {rates[-1]}: "
+                          f"it restarts from its initial weights at lr {rates[-1] * _RESTART_LR_FACTOR}.",
+                          ConvergenceWarning, stacklevel=2)
+    raise FloatingPointError(
+        f"The selector's training loss is not finite in epoch {diverged_epoch} (objective "
+        f"{type(objective).__name__}) at every rate tried, from the estimator's lr {rates[0]} down to {rates[-1]}: "
+        f"its training diverged. Lower the estimator's lr (the selector trains with the estimator's optimizer) or "
+        f"the objective's weights.")
+
+
+def _train_epochs(context, module, X, targets, objective, selector_sigma, epochs, optimizer):
+    """Train ``module`` as :func:`train_selector` does, with ``optimizer``: the first epoch not finite, or None."""
     batch_size = len(X) if context.batch_size is None else context.batch_size
     generator = torch.Generator(device=X.device).manual_seed(context.seed(SELECTOR_TRAIN_NOISE_SALT))
     shuffle = torch.Generator().manual_seed(context.seed(SELECTOR_SHUFFLE_SALT))
@@ -174,8 +219,5 @@ def train_selector(context, module, X, targets, objective, selector_sigma, epoch
                 loss.backward()
                 optimizer.step()
             if not finite:
-                raise FloatingPointError(
-                    f"The selector's training loss is not finite in epoch {epoch} (objective "
-                    f"{type(objective).__name__}): its training diverged. Lower the estimator's lr (the selector "
-                    f"trains with the estimator's optimizer) or the objective's weights.")
-    module.eval()
+                return epoch
+    return None
