@@ -1,4 +1,4 @@
-"""``benchmarks/gpu_check.sh --dry-run``: every step of the GPU check at toy size on the CPU.
+"""``benchmarks/gpu_check.sh`` and ``gpu_tables.sh`` with ``--dry-run``: every step at toy size on the CPU.
 
 The GPU machine is lent rarely and briefly: a step that fails there for a
 reason the CPU could have shown (a typo, a renamed option, a missing file)
@@ -9,6 +9,7 @@ commands, on the CPU, with a small stand-in for the shared MNIST.
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +18,47 @@ from test_datasets import write_idx, write_mnist_csv
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_step_runs_at_toy_size(tmp_path):
-    mnist = tmp_path / "mnist"
-    mnist.mkdir()
+def toy_mnist(folder):
+    """A small stand-in for the shared MNIST folder: 40 test images and 20 CSV training images."""
+    folder.mkdir()
     rng = np.random.default_rng(0)
-    write_idx(mnist / "t10k-images-idx3-ubyte", rng.integers(0, 256, (40, 28, 28)), compress=True)
-    write_idx(mnist / "t10k-labels-idx1-ubyte", np.arange(40) % 10, compress=True)
-    write_mnist_csv(mnist / "mnist_5k.csv.gz", rng.integers(0, 256, (20, 28, 28)), np.arange(20) % 10)
+    write_idx(folder / "t10k-images-idx3-ubyte", rng.integers(0, 256, (40, 28, 28)), compress=True)
+    write_idx(folder / "t10k-labels-idx1-ubyte", np.arange(40) % 10, compress=True)
+    write_mnist_csv(folder / "mnist_5k.csv.gz", rng.integers(0, 256, (20, 28, 28)), np.arange(20) % 10)
+    return folder
+
+
+def dry_run(script, out, mnist, **env):
+    """Run ``benchmarks/<script> --dry-run`` with its output in ``out``."""
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / script), "--dry-run"], capture_output=True, text=True,
+                          env={**os.environ, "OUT": str(out), "MNIST_DATA": str(mnist), **env,
+                               # the script calls python3: this interpreter's, in a virtual environment too
+                               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
+                          timeout=300)
+
+
+def test_every_step_runs_at_toy_size(tmp_path):
     out = tmp_path / "out"
-    result = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run"], capture_output=True,
-                            text=True, env={**os.environ, "OUT": str(out), "MNIST_DATA": str(mnist),
-                                 # the script calls python3: this interpreter's, in a virtual environment too
-                                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}, timeout=300)
+    result = dry_run("gpu_check.sh", out, toy_mnist(tmp_path / "mnist"))
     summary = (out / "summary.md").read_text()
     assert result.returncode == 0, summary
     assert summary.count(": exit 0 in ") == 5
     assert "| 200 | 2 | bf16 |" in (out / "cifar.log").read_text()
     assert "| gaussian | 1 |" in (out / "mnist.log").read_text()
     assert "| router-gaussian | per input |" in (out / "router.log").read_text()
+
+
+def test_the_tables_run_archives_every_row_and_resumes_from_the_archive(tmp_path):
+    mnist, kit = toy_mnist(tmp_path / "mnist"), tmp_path / "kit"
+    first = dry_run("gpu_tables.sh", tmp_path / "first", mnist)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "| macer | 1 |" in first.stdout and "| smoothadv+consistency | 0.25 |" in first.stdout
+    with tarfile.open(tmp_path / "first" / "tables.tar.gz") as archive:
+        names = archive.getnames()
+        assert "tables/macer-sigma1-e1-published-optimizer-t600.safetensors" in names
+        archive.extractall(kit, filter="data")
+    for certificates in (kit / "tables").glob("*.json"):
+        certificates.unlink()  # as if the time limit had stopped the rows after training
+    second = dry_run("gpu_tables.sh", tmp_path / "second", mnist, GPU_KIT=str(kit), ROWS="macer-1")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "| macer | 1 |" in second.stdout and "| read back |" in second.stdout  # certified, not trained again
