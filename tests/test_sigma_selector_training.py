@@ -6,6 +6,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from smoothsk.sigma._selector_training import useful_levels
+from smoothsk.training import Macer, SmoothAdv
 
 from conftest import untrained_experts
 
@@ -61,3 +62,13 @@ class TestDivergence:
                                                       r"estimator's lr"),
               pytest.warns(ConvergenceWarning, match="restarts from its initial weights")):
             clf.fit(X, y)
+
+
+class TestEpochDependentObjectives:
+    @pytest.mark.parametrize("objective", [Macer(num_noise=2, deferred_epochs=1),
+                                           SmoothAdv(steps=1, num_noise=2, warmup_epochs=2)],
+                             ids=["Macer deferred", "SmoothAdv warm-up"])
+    def test_the_selector_trains_with_an_objective_that_reads_the_epoch(self, objective):
+        clf, X, y = untrained_experts(selector_epochs=2)
+        clf.sigma_search.set_params(selector_objective=objective)
+        assert clf.fit(X, y).sigma_search_.selector_module_ is not None

@@ -33,11 +33,16 @@ _RESTART_LR_FACTOR = 0.25
 
 @dataclass(frozen=True)
 class _SelectorNet:
-    """What a training objective reads from the net it trains (``BaseObjective.loss``): here, the selector's."""
+    """What a training objective reads from the net it trains (``BaseObjective.loss``): here, the selector's.
+
+    ``history`` has one entry per epoch begun, as skorch's: the running
+    epoch for a SmoothAdv warm-up or a deferred MACER term.
+    """
 
     module_: torch.nn.Module
     criterion_: torch.nn.Module
     noise_generator_: torch.Generator
+    history: list
 
 
 def training_targets(context, X, y, levels, target_neighbors=None, min_level_gain=None):
@@ -203,13 +208,14 @@ def _train_epochs(context, module, X, targets, objective, selector_sigma, epochs
     batch_size = len(X) if context.batch_size is None else context.batch_size
     generator = torch.Generator(device=X.device).manual_seed(context.seed(SELECTOR_TRAIN_NOISE_SALT))
     shuffle = torch.Generator().manual_seed(context.seed(SELECTOR_SHUFFLE_SALT))
-    net = _SelectorNet(module, torch.nn.CrossEntropyLoss(), generator)
+    net = _SelectorNet(module, torch.nn.CrossEntropyLoss(), generator, history=[])
     sigma = torch.full((batch_size,), float(selector_sigma), device=X.device, dtype=X.dtype)
     module.train()
     with torch.random.fork_rng(devices=[]):  # the module's own randomness (dropout)
         torch.manual_seed(context.seed(SELECTOR_MODULE_RANDOMNESS_SALT))
         finite = torch.ones((), dtype=torch.bool, device=X.device)
         for epoch in range(1, epochs + 1):
+            net.history.append({"epoch": epoch})
             order = torch.randperm(len(X), generator=shuffle).to(X.device)
             for start in range(0, len(X), batch_size):
                 index = order[start:start + batch_size]
