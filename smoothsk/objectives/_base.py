@@ -14,6 +14,11 @@ def expand_sigma(sigma, X):
     return sigma.view((-1,) + (1,) * (X.dim() - 1))
 
 
+def running_epoch(net):
+    """The epoch being trained, from 0: one less than the epochs ``net.history`` has begun (0 before any)."""
+    return max(len(net.history) - 1, 0)
+
+
 def gaussian_noise(net, X, sigma, num_noise):
     """Gaussian noise for ``num_noise`` copies of each input, from the net's training generator.
 

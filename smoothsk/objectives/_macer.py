@@ -7,7 +7,7 @@ import torch
 
 from .._constraints import Interval
 from ..statistics import soft_margin
-from ._base import BaseObjective, gaussian_copies
+from ._base import BaseObjective, gaussian_copies, running_epoch
 
 
 @dataclass
@@ -120,5 +120,5 @@ class Macer(BaseObjective):
 
     def loss(self, net, X, y, sigma):
         terms = self.terms(net, X, y, sigma)
-        lbd = self.lbd if self.deferred_epochs == 0 or len(net.history) > self.deferred_epochs else 0.0
+        lbd = self.lbd if self.deferred_epochs == 0 or running_epoch(net) >= self.deferred_epochs else 0.0
         return (terms.classification + lbd * terms.radius).mean(), terms.logits

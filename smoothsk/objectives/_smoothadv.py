@@ -6,7 +6,7 @@ import torch
 
 from .._constraints import Interval, StrOptions
 from .._modes import evaluating
-from ._base import BaseNoisyCopiesObjective, expand_sigma, gaussian_noise, repeat_inputs
+from ._base import BaseNoisyCopiesObjective, expand_sigma, gaussian_noise, repeat_inputs, running_epoch
 
 
 class SmoothAdv(BaseNoisyCopiesObjective):
@@ -86,8 +86,7 @@ class SmoothAdv(BaseNoisyCopiesObjective):
         else:
             epsilon = torch.full_like(sigma, float(self.epsilon))
         if self.warmup_epochs:
-            epoch = max(len(net.history) - 1, 0)
-            epsilon = epsilon * min(1.0, (epoch + 1) / self.warmup_epochs)
+            epsilon = epsilon * min(1.0, (running_epoch(net) + 1) / self.warmup_epochs)
         return epsilon
 
     def attack(self, net, X, y, noise, epsilon):
