@@ -289,6 +289,71 @@ class TestSoundnessForG:
         assert wrong <= binomial_bound(len(answered), ALPHA)
 
 
+class OrderedLevelLogits(torch.nn.Module):
+    """Logits ``(a - x_0, 0, x_0 - b)`` over three levels: level 0 left of ``a``, level 2 right of ``b``, 1 between.
+
+    Smoothed with noise ``s`` (``x_0`` then varies by ``N(0, s^2)``), its
+    level probabilities are ``P_0 = Phi((a - x_0) / s)``, ``P_2 = Phi((x_0
+    - b) / s)`` and ``P_1 = 1 - P_0 - P_2`` (:func:`smoothed_level_probabilities`):
+    the smoothed selector's choice depends on ``x_0`` alone and is known exactly.
+    """
+
+    def __init__(self, a, b):
+        super().__init__()
+        self.a, self.b = a, b
+        self.unused = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        x0 = x.flatten(1)[:, 0].double()
+        return torch.stack([self.a - x0, torch.zeros_like(x0), x0 - self.b], dim=1).float()
+
+
+def smoothed_level_probabilities(x0, a, b, s):
+    """``(P_0, P_1, P_2)`` of :class:`OrderedLevelLogits` smoothed with noise ``s`` at first coordinate ``x0``."""
+    low, high = stats.norm.cdf((a - x0) / s), stats.norm.cdf((x0 - b) / s)
+    return low, 1.0 - low - high, high
+
+
+class TestThreeLevels:
+    """Three levels where the selector hesitates between the upper two and the lowest one's expert is always wrong.
+
+    Experts 1 and 2 predict class 1 everywhere, expert 0 class 0: ``G(x')
+    = 1`` exactly where the smoothed selector does not pick level 0, i.e.
+    for ``x'_0 > t01``, where ``P_0 = P_1``. A certificate of class 1 at
+    ``x`` holds exactly when its radius is at most ``x_0 - t01``.
+    """
+
+    A, B, S = 0.0, 1.0, 0.5
+
+    def certificates(self):
+        t01 = optimize.brentq(lambda t: np.subtract(*smoothed_level_probabilities(t, self.A, self.B, self.S)[:2]),
+                              self.A - 3, self.B)
+        t12 = optimize.brentq(lambda t: np.subtract(*smoothed_level_probabilities(t, self.A, self.B, self.S)[1:]),
+                              self.A, self.B + 3)
+        rng = np.random.default_rng(3)
+        X = np.stack([rng.uniform(t12 - 0.3, t12 + 0.6, 200), rng.uniform(-2, 2, 200)], axis=1).astype(np.float32)
+        experts = NoiseLevelExperts((0.25, 0.5, 1.0), [LinearLogits((0.0, 0.0), -1.0), LinearLogits((0.0, 0.0), 1.0),
+                                                       LinearLogits((0.0, 0.0), 1.0)])
+        selector = CertifiedSigmaSelector(selector=OrderedLevelLogits(self.A, self.B), fit_selector=False,
+                                          selector_sigma=self.S, n=1000, n0=50)
+        clf = SampleWiseSmoothedClassifier(experts, training=Pretrained(), sigma_search=selector,
+                                           sampler=FixedSampler(n=1000, n0=50), alpha=ALPHA, max_epochs=0,
+                                           random_state=0).fit(np.zeros((2, 2), dtype=np.float32), [0, 1])
+        prediction, radius = clf.certify(X)
+        return prediction, radius, X[:, 0] - t01
+
+    def test_hesitant_inputs_are_certified_soundly_and_close_to_the_exact_radius(self):
+        # Around t12 the selector's top level has probability about 1/2 (no level certified at x itself), yet
+        # levels 1 and 2 both certify class 1, so G(x) = 1 whichever the selector takes. Level 0 (about 2% of
+        # the votes there) can become the top level only where its probability reaches 1/3, the largest
+        # of three probabilities summing to 1, as well as the top level's falling bound.
+        prediction, radius, exact = self.certificates()
+        assert np.all(prediction == 1)
+        failures = np.sum(radius > exact)
+        assert failures <= binomial_bound(len(radius), ALPHA)
+        assert np.mean(radius / exact) > 0.6
+
+
 class TestLevelsWorthSampling:
     def test_a_skipped_level_never_changes_a_radius_whatever_its_certificate(self):
         # The widened radius min(R_k, min_j max(R_j, rho_j)) over the other levels, for any outcome 0 <= R_j <=

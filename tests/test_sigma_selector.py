@@ -211,10 +211,15 @@ class TestAlphaSplit:
         assert np.all(details.radius_cap[far] > 0.25)
         assert np.all(radius <= details.radius_cap)
 
-    def test_selector_abstention_makes_the_certificate_abstain(self):
+    @pytest.mark.parametrize("reachable", [False, True])
+    def test_an_input_the_selector_cannot_place_between_disagreeing_levels_abstains(self, reachable):
+        # On the selector's boundary either level may be G's; level 0.25 predicts the slab's class 1 there,
+        # level 2.0 class 0. The plain certificate abstains without sampling the classifier; with the
+        # reachable levels both are certified, disagree, and the certificate abstains.
         X = np.array([[0.0, 0.0], [0.0, 0.9]], dtype=np.float32)  # on the selector's boundary, and far from it
-        prediction, radius, details = slab_classifier(exact_selector()).certify(X, return_details=True)
-        assert prediction[0] == ABSTAIN and radius[0] == 0 and details.n_samples[0] == 0
+        selector = exact_selector(certify_reachable_levels=reachable)
+        prediction, radius, details = slab_classifier(selector).certify(X, return_details=True)
+        assert prediction[0] == ABSTAIN and radius[0] == 0 and (details.n_samples[0] > 0) == reachable
         assert prediction[1] == 0 and radius[1] > 0  # at level 2.0 the slab's class never wins
 
 
@@ -592,8 +597,9 @@ class TestChangedAfterFit:
 
 
 def test_every_input_abstained_by_the_selector_abstains():
-    # On the threshold x1 = 0 the smoothed selector is split evenly between the levels: it abstains.
-    clf = slab_classifier(exact_selector(n=200))
+    # On the threshold x1 = 0 the smoothed selector is split evenly between the levels: the plain certificate
+    # abstains there without sampling the classifier, so no input reaches it.
+    clf = slab_classifier(exact_selector(n=200, certify_reachable_levels=False))
     prediction, radius, details = clf.certify(np.zeros((3, 2), dtype=np.float32), return_details=True)
     np.testing.assert_array_equal(prediction, ABSTAIN)
     np.testing.assert_array_equal(radius, 0.0)

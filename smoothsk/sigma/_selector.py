@@ -532,8 +532,18 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         al.'s Theorem 1 bounds how each moves on a ball of radius ``r``
         (noise ``s``): ``P_k(x') >= Phi(PhiInv(p_k) - r / s)`` and ``P_j(x')
         <= Phi(PhiInv(p_j) + r / s)``. Level ``j`` can be the top level at
-        ``x'`` only if its bound reaches the chosen one's, so not within
-        ``s * (PhiInv(p_k) - PhiInv(p_j)) / 2``.
+        ``x'`` only if ``P_j(x') >= P_k(x')`` and ``P_j(x') >= 1 / K`` (the
+        largest of K probabilities that sum to 1), so not within ``rho_j =
+        max(s * (PhiInv(p_k) - PhiInv(p_j)) / 2, s * (PhiInv(1 / K) -
+        PhiInv(p_j)))``: strictly inside, ``P_j(x')`` is below one of them.
+
+        Nothing here needs the chosen level ``k`` to be the top level at
+        ``x`` itself: where the selector is unsure (``p_k <= 1/2``) some
+        ``rho_j`` are 0, and the estimator's certificate then needs those
+        levels to certify the class at ``x`` too
+        (``smoothsk._certification._widen_to_reachable_levels``). So no
+        input abstains here; ``radius_cap`` (the smallest ``rho_j``) is 0
+        where another level may be the top one at ``x``.
         """
         n_levels = len(self.levels_)
         selection = selector.class_counts(X, noise, self.n0, CERTIFIED_SIGMA_SELECTION)
@@ -542,16 +552,17 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         rows = np.arange(len(X))
         top_lower = clopper_pearson_lower(estimation[rows, chosen], self.n, alpha / 2)
         other_upper = 1.0 - clopper_pearson_lower(self.n - estimation, self.n, alpha / (2 * (n_levels - 1)))
-        reach = np.maximum(noise[:, None] * (norm.ppf(top_lower)[:, None] - norm.ppf(other_upper)) / 2, 0.0)
+        other_z = norm.ppf(other_upper)
+        below_chosen = noise[:, None] * (norm.ppf(top_lower)[:, None] - other_z) / 2
+        below_one_in_k = noise[:, None] * (norm.ppf(1.0 / n_levels) - other_z)
+        reach = np.maximum(np.maximum(below_chosen, below_one_in_k), 0.0)
         reach[rows, chosen] = 0.0
-        abstain = top_lower <= 0.5
-        reach[abstain] = 0.0
         others = np.ones_like(reach, dtype=bool)
         others[rows, chosen] = False
-        radius_cap = np.where(abstain, 0.0, reach[others].reshape(len(X), n_levels - 1).min(axis=1))
+        radius_cap = reach[others].reshape(len(X), n_levels - 1).min(axis=1)
         return CertifiedSigmaResult(self.levels_[chosen], np.zeros(len(X), dtype=np.int64), radius_cap,
-                                    np.full(len(X), self.n0 + self.n, dtype=np.int64), abstain, reach,
-                                    self.levels_.copy())
+                                    np.full(len(X), self.n0 + self.n, dtype=np.int64), np.zeros(len(X), dtype=bool),
+                                    reach, self.levels_.copy())
 
     def predict_sigma(self, engine, X, alpha):
         self.validate()
