@@ -112,6 +112,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     radius widens from ``R1`` to the ball on which every level the selector
     may switch to certifies ``c`` too (the parameter's description; the
     proof is in ``smoothsk._certification._widen_to_reachable_levels``).
+    The selector then abstains nowhere: where it is unsure even at ``x``
+    (``p1 <= 1/2``), every level it may take there must certify ``c``, or
+    the certificate abstains.
 
     ``predict`` smooths with the selector's PREDICT choice (Cohen et al.'s
     binomial test on the top two levels of ``n`` samples at level
@@ -226,8 +229,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         rho_j))``: ``rho_j`` the radius within which the selector cannot
         switch to level ``j`` (from simultaneous bounds on every level's
         smoothed probability: the chosen one's at ``alpha_share * alpha /
-        2``, each other's at ``alpha_share * alpha / (2 (K - 1))``), ``R_j``
+        2``, each other's at ``alpha_share * alpha / (2 (K - 1))``; level
+        ``j`` must overtake the chosen one and reach ``1/K``), ``R_j``
         level ``j``'s radius where it certifies the same class, else 0.
+        An input whose selector is unsure at ``x`` itself is certified where
+        every level it may take there certifies the class (radius > 0), and
+        abstains elsewhere.
         ``G`` is then constant on the ball whichever level the selector
         switches to. The classifier's alpha is split evenly over the
         ``K`` levels' certificates in advance (each at ``(1 - alpha_share)
