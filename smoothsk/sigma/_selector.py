@@ -242,8 +242,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         own) only where they can widen a radius, so the cost is up to ``K
         - 1`` more classifier certificates for the capped inputs. Same
         classifier ``G``, same ``predict``; only the certificate changes.
-        On real MNIST it lifts the ACR by 9-32% (R1 capped 40-64% of the
-        radii); False gives the plain ``min(R1, R2)`` above.
+        On real MNIST (three Gaussian LeNet experts, n = 100,000, the 500
+        certify images) it lifts the ACR from 1.272 to 1.441 (+13%; R1
+        caps 40% of the radii) for 6% more samples; False gives the plain
+        ``min(R1, R2)`` above.
     reachable_n : int or None, default=20_000
         Classifier samples of each other level's certificate with
         ``certify_reachable_levels``, at most the sampler's ``n``
