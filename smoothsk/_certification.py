@@ -242,7 +242,7 @@ def _certify_sample_wise(smoothing, X, engine, regions):
                                                                p_lower, level_alpha)
         n_samples += reachable_samples
         # Radius 0: a level that may be the selector's choice at x itself does not certify the class there.
-        prediction[radius <= 0] = ABSTAIN
+        prediction[~(radius > 0)] = ABSTAIN
     radius = np.where(prediction >= 0, np.maximum(radius, 0.0), 0.0)
     return Certificates(prediction, radius, chosen.sigma, p_lower, n_samples, chosen.steps,
                         radius_cap=chosen.radius_cap, sigma_samples=chosen.n_samples,

@@ -102,7 +102,10 @@ class Certificates:
     radius : ndarray of float
         Certified L2 radius; 0 where abstained.
     sigma : ndarray of float
-        Noise level the certificate was computed at.
+        Noise level the certificate was computed at (with a certified sigma
+        function that certifies the levels it may switch to, the level whose
+        classifier certified at full ``n``: where the selector is unsure at
+        the input, not necessarily ``sigma(x)``).
     p_lower : ndarray of float
         Lower confidence bound on the top-class probability under that noise.
     n_samples : ndarray of int
@@ -125,9 +128,12 @@ class Certificates:
         radius divided by L (1 in the model input space).
     radius_cap : ndarray of float
         With a certified sigma function (``BaseCertifiedSigma``): the radius
-        ``R1`` on which ``sigma(.)`` is certified constant (the radius is at
-        most this), in the units of ``radius`` (``radius_space``); ``inf``
-        otherwise.
+        ``R1`` on which ``sigma(.)`` is certified constant, in the units of
+        ``radius`` (``radius_space``); ``inf`` otherwise. The radius is at
+        most this, except where the levels ``sigma(.)`` may switch to are
+        certified too (``CertifiedSigmaSelector(certify_reachable_levels=True)``):
+        there it is 0 where the selector may take another level at the input
+        itself, and the radius may exceed it.
     sigma_samples : ndarray of int
         Noisy samples the certified sigma function spent (not in
         ``n_samples``); 0 otherwise.
