@@ -94,8 +94,9 @@ class CertifiedSigmaResult(SigmaSearchResult):
     Attributes
     ----------
     sigma : ndarray of float
-        ``sigma(x)`` of each input (where ``abstain``, the candidate value,
-        which carries no certificate).
+        ``sigma(x)`` of each input (where ``abstain``, or where
+        ``level_reach`` is given and ``radius_cap`` is 0, the candidate
+        value, which carries no certificate).
     steps : ndarray of int
         Search steps (0 for functions that do not search).
     radius_cap : ndarray of float
@@ -103,7 +104,8 @@ class CertifiedSigmaResult(SigmaSearchResult):
         ``sigma(x)`` on the open L2 ball of this radius around ``x``;
         ``inf`` for a deterministic function (there the function's own
         radius rule, :meth:`BaseCertifiedSigma.g_radius`, accounts for how
-        sigma varies); 0 where ``abstain``.
+        sigma varies); 0 where ``abstain``, and with ``level_reach`` where
+        another level may be the function's value at ``x`` itself.
     n_samples : ndarray of int
         Noisy samples the certificate of sigma spent (0 for a deterministic
         function).
