@@ -48,6 +48,7 @@ and their counts are summed) or the subset of rows being sampled
 (:meth:`MonteCarloEngine.restricted`).
 """
 
+import contextlib
 import copy
 import math
 import sys
@@ -641,13 +642,20 @@ class MonteCarloEngine:
         first = int(np.searchsorted(ends, batch_starts[0], side="right"))
         last_sample = min(int(batch_starts[-1]) + self.batch_size, total)
         last = int(np.searchsorted(ends, last_sample - 1, side="right"))
-        accumulator = torch.zeros((last - first + 1) * self.n_classes,
-                                  dtype=torch.float64 if soft else torch.int64, device=self.device)
+        # Cell (i - first) * n_classes + c sums input i's votes (or softmax) for class c; one more cell, past
+        # them, counts the copies with no class, so that one scatter per batch accounts for every copy.
+        no_class = (last - first + 1) * self.n_classes
+        accumulator = torch.zeros(no_class + 1, dtype=torch.float64 if soft else torch.int64, device=self.device)
+        votes_weight = torch.ones(min(self.batch_size, total), dtype=torch.int64, device=self.device)
+        class_cells = torch.arange(self.n_classes, device=self.device)
         noise_dtype = _noise_dtype(X.dtype)
         stored, noise = _noise_buffer(min(self.batch_size, total), tuple(X.shape[1:]), noise_dtype, self.device,
                                       channels_last)
-        undefined = torch.zeros((), dtype=torch.int64, device=self.device)
         source = _NoiseSource(key, stored.shape[1:], noise_dtype, self.device, self._accelerated())
+        # Entered once per batch; reusable. Without autocast, no context at all: entering a disabled
+        # torch.autocast costs as much as a small kernel.
+        precision = (contextlib.nullcontext() if self.autocast is None
+                     else torch.autocast(self.device.type, dtype=self.autocast))
         for batch_start in batch_starts:
             batch_start = int(batch_start)
             batch_end = min(batch_start + self.batch_size, total)
@@ -663,37 +671,39 @@ class MonteCarloEngine:
                                                 strict=True)
                 if end > begin])
             if hi - lo == 1:
-                slot = torch.zeros((), dtype=torch.int64, device=self.device)
+                row_cells = (lo - first) * self.n_classes
                 row_sigma = sigma[lo]
                 noisy = batch_noise.mul_(row_sigma).add_(X[lo])
             else:
                 owner = torch.searchsorted(ends_t, torch.arange(batch_start, batch_end, device=self.device),
                                            right=True)
-                slot = (owner - lo) * self.n_classes
+                row_cells = (owner - first) * self.n_classes
                 row_sigma = sigma[owner]
                 noisy = batch_noise.mul_(row_sigma.view((-1,) + (1,) * (X.dim() - 1))).add_(X[owner])
             noisy = noisy.to(X.dtype)  # rounds a half-precision input's float32 noisy copies; else no copy
-            with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+            with precision:
                 logits = forward(self.module, noisy, row_sigma)  # the level too, to a module of experts
             if logits.shape[1:] != (self.n_classes,):
                 # Else a vote for a class >= n_classes would be added to the next input's row.
                 raise ValueError(f"The module returned {' x '.join(map(str, logits.shape[1:])) or 'no'} logits per "
                                  f"input; expected n_classes={self.n_classes} (logits of shape (batch, "
                                  f"{self.n_classes})); for a fitted estimator: was module_ replaced after fit?")
-            window = accumulator[(lo - first) * self.n_classes:(hi - first) * self.n_classes]
             # The base classifier is undefined on a copy with NaN logits (torch's argmax would pick the NaN's
             # index): it votes for no class, which can only lower each class's count, so every bound stays sound.
-            defined = ~torch.isnan(logits).any(dim=1)
             if soft:
                 # Infinite logits clamped: the softmax of [inf, 0] is [1, 0], as argmax votes, not NaN.
                 largest = torch.finfo(torch.float64).max
                 probabilities = torch.softmax(logits.double().clamp(-largest, largest), dim=1).nan_to_num_(0.0)
-                cells = (slot.view(-1, 1) + torch.arange(self.n_classes, device=self.device)).expand(len(noisy), -1)
-                window.index_add_(0, cells.reshape(-1), probabilities.view(-1))
+                cells = (torch.as_tensor(row_cells, device=self.device).view(-1, 1) + class_cells)
+                accumulator.index_add_(0, cells.expand(len(noisy), -1).reshape(-1), probabilities.view(-1))
+                accumulator[no_class:].add_(torch.isnan(logits).any(dim=1).sum())
             else:
-                # index_add_ rather than bincount, which synchronises with the host on CUDA.
-                window.index_add_(0, slot + logits.argmax(dim=1), defined.to(torch.int64))
-            undefined += len(noisy) - defined.sum()
+                # A row's max is NaN where any of its logits is; index_add_ rather than bincount, which
+                # synchronises with the host on CUDA.
+                top, votes = logits.max(dim=1)
+                votes.add_(row_cells).masked_fill_(top.isnan(), no_class)
+                accumulator.index_add_(0, votes, votes_weight[:len(votes)])
             if self.progress is not None:
                 self.progress.update(batch_end - batch_start)
-        return first, accumulator.view(-1, self.n_classes).cpu().numpy(), int(undefined)
+        counts = accumulator.cpu().numpy()
+        return first, counts[:no_class].reshape(-1, self.n_classes), int(counts[no_class])

@@ -342,15 +342,18 @@ class NaNWherePositive(torch.nn.Module):
 class TestUndefinedOutputs:
     # A copy whose logits are NaN has no class: it must not vote for one (torch's
     # argmax would give it the NaN's index), else a broken model is certified.
-    def test_copies_with_nan_logits_vote_for_no_class_with_a_warning(self):
+    @pytest.mark.parametrize("n_jobs", [None, 2])
+    def test_copies_with_nan_logits_vote_for_no_class_with_a_warning(self, n_jobs):
+        # Batches of 70 copies straddle the inputs' 500, and two workers each count a part.
         X = torch.zeros((3, 1))
-        engine = MonteCarloEngine(NaNWherePositive(), n_classes=2, batch_size=100, root_seed=0)
-        with pytest.warns(RuntimeWarning, match=r"NaN logits for \d+ of 1500 noisy copies"):
-            counts = engine.class_counts(X, sigma=1.0, n_samples=500, stage=(1,))
+        engine = MonteCarloEngine(NaNWherePositive(), n_classes=2, batch_size=70, root_seed=0, n_jobs=n_jobs)
         # The copies with x + noise <= 0 (the same streams standard_normal draws) vote class 0; the rest, none.
         below = (engine.standard_normal(X, 500, (1,))[:, :, 0] <= 0).sum(dim=1).numpy()
+        undefined = rf"NaN logits for {1500 - below.sum()} of 1500 noisy copies"
+        with pytest.warns(RuntimeWarning, match=undefined):
+            counts = engine.class_counts(X, sigma=1.0, n_samples=500, stage=(1,))
         np.testing.assert_array_equal(counts, np.stack([below, np.zeros(3, dtype=np.int64)], axis=1))
-        with pytest.warns(RuntimeWarning, match="NaN logits"):
+        with pytest.warns(RuntimeWarning, match=undefined):
             soft = engine.mean_softmax(X, sigma=1.0, n_samples=500, stage=(1,))
         np.testing.assert_allclose(soft[:, 0], counts[:, 0] / 500 * (np.e / (np.e + 1)), rtol=1e-12)
         np.testing.assert_allclose(soft[:, 1], counts[:, 0] / 500 / (np.e + 1), rtol=1e-12)
