@@ -160,8 +160,11 @@ def read_back(model_path, settings):
     return SampleWiseSmoothedClassifier.load(model_path).set_params(**certify_settings(settings))
 
 
-def fitted(model_path, estimator, splits, settings):
-    """``estimator`` fitted on the training split and saved at ``model_path``, or the model read back from there.
+def fitted(model_path, estimator, splits, settings, split="train"):
+    """``estimator`` fitted on ``split`` and saved at ``model_path``, or the model read back from there.
+
+    The training split's first ``settings["train"]`` images, or the whole
+    ``"validation"`` split.
 
     Either way the model is certified as read back (:func:`read_back`).
 
@@ -174,8 +177,8 @@ def fitted(model_path, estimator, splits, settings):
     if model_path.exists():
         return read_back(model_path, settings), None
     start = time.perf_counter()
-    train = slice(0, settings["train"])
-    estimator.fit(splits.X_train[train], splits.y_train[train])
+    rows = slice(0, settings["train"]) if split == "train" else slice(None)
+    estimator.fit(splits[f"X_{split}"][rows], splits[f"y_{split}"][rows])
     seconds = time.perf_counter() - start
     estimator.save(model_path)
     # Certify the model as a later run reads it back (no callbacks, this run's sampler): a checkpoint's
@@ -232,8 +235,9 @@ def router(name, splits, settings, out):
     fit_params, certify_params = selector_params(settings)
     # The selector's targets are scored at the certification budget (--router-fit-n): one fit per such n.
     fit_n = settings.get("router_fit_n", settings["n"])
+    split = settings.get("router_split", "train")
     model_path = out / (f"router-{stem(name, None, splits, settings, model=True)}-n{fit_n}"
-                        f"{params_tag(fit_params)}.safetensors")
+                        f"{params_tag(fit_params)}{'' if split == 'train' else '-on-' + split}.safetensors")
     if model_path.exists():
         clf, seconds = read_back(model_path, settings), None
     else:
@@ -241,7 +245,7 @@ def router(name, splits, settings, out):
         clf, seconds = fitted(model_path, SampleWiseSmoothedClassifier(
             NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(
                 **fit_params), max_epochs=min(settings["epochs"], SELECTOR_EPOCHS),
-            **estimator_settings({**settings, "n": fit_n})), splits, settings)
+            **estimator_settings({**settings, "n": fit_n})), splits, settings, split)
     return clf.set_params(**{f"sigma_search__{key}": value for key, value in certify_params.items()}), seconds
 
 
@@ -272,7 +276,8 @@ def params_tag(params):
 def selector_tag(settings):
     """The router rows' file-name suffix for ``--selector`` and ``--router-fit-n`` ("" for neither)."""
     text = "-" + settings["selector"].replace("=", "").replace(",", "-") if "selector" in settings else ""
-    return text + (f"-fit{settings['router_fit_n']}" if "router_fit_n" in settings else "")
+    text += f"-fit{settings['router_fit_n']}" if "router_fit_n" in settings else ""
+    return text + (f"-on-{settings['router_split']}" if "router_split" in settings else "")
 
 
 def pfat_selector(splits, settings, out):
@@ -467,6 +472,9 @@ def main():
     parser.add_argument("--router-fit-n", type=int,
                         help="the budget at which the routers' selector targets are scored (default: --n); e.g. "
                              "10000 with --n 100000 certifies the router fitted for n = 10,000 at n = 100,000")
+    parser.add_argument("--router-split", choices=["train", "validation"], default="train",
+                        help="the split the routers' selector is fitted on (default train, the experts' own; "
+                             "validation: the 4,500 images no expert trained on, named in the files)")
     parser.add_argument("--loop-images", type=int, default=20,
                         help="images timed against Cohen et al.'s per-input loop (0: skip; default 20)")
     for option, meaning in (("n", "noisy samples per certificate"), ("images", "certify images, the first so many"),
@@ -483,6 +491,8 @@ def main():
         settings["selector"] = args.selector
     if args.router_fit_n:
         settings["router_fit_n"] = args.router_fit_n
+    if args.router_split != "train":
+        settings["router_split"] = args.router_split
     if args.optimizer and args.optimizer != "ours":
         settings["optimizer"] = args.optimizer
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
