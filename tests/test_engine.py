@@ -564,7 +564,9 @@ class TestAutocast:
             counts = MonteCarloEngine(Probe(), 3, batch_size=64, root_seed=0, autocast=autocast).class_counts(
                 X, 0.5, 100, (1,))
             assert counts.sum() == 300
+        # Five batches each: the one context, entered per batch, leaves autocast off after the call.
         assert set(seen[:5]) == {torch.float32} and set(seen[5:]) == {torch.bfloat16}
+        assert not torch.is_autocast_enabled("cpu")
 
 
 def test_cpu_noise_blocks_whose_seeds_agree_in_32_bits_differ():
