@@ -235,9 +235,8 @@ def router(name, splits, settings, out):
     fit_params, certify_params = selector_params(settings)
     # The selector's targets are scored at the certification budget (--router-fit-n): one fit per such n.
     fit_n = settings.get("router_fit_n", settings["n"])
-    split = settings.get("router_split", "train")
     model_path = out / (f"router-{stem(name, None, splits, settings, model=True)}-n{fit_n}"
-                        f"{params_tag(fit_params)}{'' if split == 'train' else '-on-' + split}.safetensors")
+                        f"{params_tag(fit_params)}{split_tag(settings)}.safetensors")
     if model_path.exists():
         clf, seconds = read_back(model_path, settings), None
     else:
@@ -245,7 +244,7 @@ def router(name, splits, settings, out):
         clf, seconds = fitted(model_path, SampleWiseSmoothedClassifier(
             NoiseLevelExperts(SIGMAS, experts), training=Pretrained(), sigma_search=CertifiedSigmaSelector(
                 **fit_params), max_epochs=min(settings["epochs"], SELECTOR_EPOCHS),
-            **estimator_settings({**settings, "n": fit_n})), splits, settings, split)
+            **estimator_settings({**settings, "n": fit_n})), splits, settings, settings.get("router_split", "train"))
     return clf.set_params(**{f"sigma_search__{key}": value for key, value in certify_params.items()}), seconds
 
 
@@ -277,7 +276,12 @@ def selector_tag(settings):
     """The router rows' file-name suffix for ``--selector`` and ``--router-fit-n`` ("" for neither)."""
     text = "-" + settings["selector"].replace("=", "").replace(",", "-") if "selector" in settings else ""
     text += f"-fit{settings['router_fit_n']}" if "router_fit_n" in settings else ""
-    return text + (f"-on-{settings['router_split']}" if "router_split" in settings else "")
+    return text + split_tag(settings)
+
+
+def split_tag(settings):
+    """The router's file-name suffix for ``--router-split`` ("" for the training split)."""
+    return f"-on-{settings['router_split']}" if "router_split" in settings else ""
 
 
 def pfat_selector(splits, settings, out):

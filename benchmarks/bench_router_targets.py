@@ -66,7 +66,7 @@ def main():
                      f"{np.mean(best == -1):.0%}"])
     print(f"{args.training} experts, {images} images per split, {samples} copies per image and expert\n")
     markdown_table(["split", "mean radius at sigma " + " / ".join(f"{s:g}" for s in SIGMAS),
-                          "best expert " + " / ".join(f"{s:g}" for s in SIGMAS), "none"], rows)
+                    "best expert " + " / ".join(f"{s:g}" for s in SIGMAS), "none"], rows)
 
 
 if __name__ == "__main__":
