@@ -24,7 +24,8 @@ image counting the selector's, and the share of correct images whose radius
 the selector's R1 caps. ``router-plain-<training>``: the same fitted router
 with ``certify_reachable_levels=False`` (the radius ``min(R1, R2)``). ``pfat-selector``: one
 LeNet trained with PFAT's schedule over 0.25-1.0
-and the selector with its defaults (the single-model path).
+and the selector with its defaults (the single-model path); ``pfat-fixed-<sigma>``: the same
+model certified at that one sigma (``g`` at that sigma), the baseline the selector must beat.
 ``oracle-<training>``: each image's best of the three by their own
 certificates, a ceiling and not a certificate. The papers' sample-wise
 methods on LeNet, each row labelled with the classifier its certificates are
@@ -65,7 +66,7 @@ from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.models import LeNet
 from smoothsk.regions import MemoryAllocator, OnlineBallAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
-from smoothsk.sigma import CertifiedSigmaSelector, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
+from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
 from smoothsk.statistics import certified_radius
 from smoothsk.training import (
     Consistency,
@@ -340,6 +341,9 @@ def run_row(name, sigma, splits, settings, out):
         return json.loads(result_path.read_text())
     if name == "pfat-selector":
         clf, train_seconds = pfat_selector(splits, settings, out)
+    elif name == "pfat-fixed":  # the selector's model without the selector: does routing beat its best sigma?
+        clf, train_seconds = pfat_selector(splits, settings, out)
+        clf.set_params(sigma_search=FixedSigma(sigma))
     elif name.startswith("router-plain-"):
         clf, train_seconds = router(name.removeprefix("router-plain-"), splits, settings, out)
         clf.set_params(sigma_search__certify_reachable_levels=False)
@@ -427,8 +431,8 @@ def table(rows, splits, settings, out):
     y = splits.y_certify[:settings["images"]]
     curves = {}
     for row in rows:
-        name, sigma = (row, None) if row.startswith(("router-", "oracle-", "pfat-", "insta-", "ddrs-")) else (
-            row.rsplit("-", 1))
+        name, sigma = (row, None) if row.startswith(("router-", "oracle-", "insta-", "ddrs-")) or row in (
+            "pfat-selector", "pfat-online") else row.rsplit("-", 1)
         sigma = None if sigma is None else float(sigma)
         if name.startswith("oracle-"):
             acr, curve = oracle([run_row(name.removeprefix("oracle-"), s, splits, settings, out) for s in SIGMAS], y)
@@ -457,8 +461,9 @@ def main():
     parser.add_argument("--rows", default=",".join(f"{name}-{sigma:g}" for name in PUBLISHED_ACR for sigma in SIGMAS),
                         help="comma-separated rows, each <training>-<sigma>, router-<training> (the sound router "
                              "over that training's experts at 0.25, 0.5 and 1.0), router-plain-<training>, "
-                             "pfat-selector (one PFAT model and the selector), oracle-<training> (each image's best "
-                             "expert: a ceiling, not a certificate), pfat-online, insta-rs, ddrs-memory, "
+                             "pfat-selector (one PFAT model and the selector), pfat-fixed-<sigma> (that PFAT "
+                             "model at one sigma), oracle-<training> (each image's best expert: a ceiling, not a "
+                             "certificate), pfat-online, insta-rs, ddrs-memory, "
                              "iss-<sigma> or sequential-<sigma>")
     parser.add_argument("--data", default="../shared/data/mnist", help="folder of the real MNIST files")
     parser.add_argument("--out", default="benchmarks/results/mnist", help="folder of the models and checkpoints")
