@@ -431,8 +431,8 @@ def table(rows, splits, settings, out):
     y = splits.y_certify[:settings["images"]]
     curves = {}
     for row in rows:
-        name, sigma = (row, None) if row.startswith(("router-", "oracle-", "insta-", "ddrs-")) or row in (
-            "pfat-selector", "pfat-online") else row.rsplit("-", 1)
+        name, sigma = (row, None) if row.startswith(("router-", "oracle-")) or row in (
+            "pfat-selector", *SAMPLE_WISE_ROWS) else row.rsplit("-", 1)
         sigma = None if sigma is None else float(sigma)
         if name.startswith("oracle-"):
             acr, curve = oracle([run_row(name.removeprefix("oracle-"), s, splits, settings, out) for s in SIGMAS], y)
