@@ -63,7 +63,7 @@ from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk.datasets import load_mnist_protocol
 from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
-from smoothsk.models import LeNet
+from smoothsk.models import CaffeLeNet, LeNet
 from smoothsk.regions import MemoryAllocator, OnlineBallAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
@@ -84,6 +84,8 @@ from _common import quick_parser, timed
 from bench_certify import in_layout, per_input_loop
 
 SIGMAS = (0.25, 0.5, 1.0)
+#: The networks ``--arch`` names: LeNet (the default) and the published tables' (Jeong and Shin's released code).
+ARCHITECTURES = {"lenet": LeNet, "caffe-lenet": CaffeLeNet}
 #: Radii of the published certified-accuracy columns (sigma 1.0).
 RADII = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 2.5])
 #: Samples per certificate of the published figures.
@@ -196,7 +198,7 @@ def classifier(name, sigma, settings):
     """
     decay = LRScheduler(policy="StepLR", step_size=max(1, settings["epochs"] // 3), gamma=0.1)
     return SampleWiseSmoothedClassifier(
-        LeNet, training=FixedSigmaTraining(sigma, objective(name, sigma, settings["epochs"])),
+        network(settings), training=FixedSigmaTraining(sigma, objective(name, sigma, settings["epochs"])),
         max_epochs=settings["epochs"], callbacks=[("lr_decay", decay)], **estimator_settings(settings))
 
 
@@ -212,7 +214,18 @@ def stem(name, sigma, splits, settings, model=False):
         text += selector_tag(settings)
     if "optimizer" in settings:
         text += f"-{settings['optimizer']}-optimizer"
+    text += arch_tag(settings)
     return text + (f"-t{settings['train']}" if settings["train"] != len(splits.X_train) else "")
+
+
+def network(settings):
+    """The module class every row trains: ``--arch``'s (LeNet by default)."""
+    return ARCHITECTURES[settings.get("arch", "lenet")]
+
+
+def arch_tag(settings):
+    """The file-name suffix for ``--arch`` ("" for LeNet)."""
+    return f"-{settings['arch']}" if "arch" in settings else ""
 
 
 def trained(name, sigma, splits, settings, out):
@@ -295,12 +308,13 @@ def pfat_selector(splits, settings, out):
     certificates of ``G``.
     """
     half = settings["epochs"] // 2
-    return fitted(out / f"pfat-selector-e{settings['epochs']}.safetensors", SampleWiseSmoothedClassifier(
-        LeNet, training=PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=settings["epochs"] - half,
-                                         finetune_lr=0.005, objective=GaussianNoise(2),
-                                         assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=100)),
-        sigma_search=CertifiedSigmaSelector(), max_epochs=settings["epochs"], **estimator_settings(settings)),
-        splits, settings)
+    training = PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=settings["epochs"] - half,
+                                finetune_lr=0.005, objective=GaussianNoise(2),
+                                assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=100))
+    return fitted(out / f"pfat-selector-e{settings['epochs']}{arch_tag(settings)}.safetensors",
+                  SampleWiseSmoothedClassifier(network(settings), training=training,
+                                               sigma_search=CertifiedSigmaSelector(), max_epochs=settings["epochs"],
+                                               **estimator_settings(settings)), splits, settings)
 
 
 def sample_wise_params(name, epochs):
@@ -322,8 +336,8 @@ def sample_wise_params(name, epochs):
 
 def sample_wise(name, splits, settings, out):
     """Sample-wise row ``name``'s LeNet, trained and saved, or read back; and its training seconds (None)."""
-    return fitted(out / f"{name}-e{settings['epochs']}.safetensors", SampleWiseSmoothedClassifier(
-        LeNet, **sample_wise_params(name, settings["epochs"]), max_epochs=settings["epochs"],
+    return fitted(out / f"{name}-e{settings['epochs']}{arch_tag(settings)}.safetensors", SampleWiseSmoothedClassifier(
+        network(settings), **sample_wise_params(name, settings["epochs"]), max_epochs=settings["epochs"],
         **estimator_settings(settings)), splits, settings)
 
 
@@ -476,6 +490,9 @@ def main():
                         help="train with this optimiser: ours (lr 0.05, batches of 64; the default) or published "
                              "(Jeong and Shin's: lr 0.01, Nesterov, weight decay 1e-4, batches of 256), named in "
                              "the files")
+    parser.add_argument("--arch", choices=sorted(ARCHITECTURES), default="lenet",
+                        help="the network every row trains: lenet (LeNet-5, the default) or caffe-lenet (the "
+                             "published tables' network, conv 20 / conv 50 / dense 500), named in the files")
     parser.add_argument("--selector", help="the routers' CertifiedSigmaSelector parameters other than the "
                                            "defaults, e.g. n=100000,selector_sigma=1.0 (named in their files)")
     parser.add_argument("--router-fit-n", type=int,
@@ -504,6 +521,8 @@ def main():
         settings["router_split"] = args.router_split
     if args.optimizer and args.optimizer != "ours":
         settings["optimizer"] = args.optimizer
+    if args.arch != "lenet":
+        settings["arch"] = args.arch
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

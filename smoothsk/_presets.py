@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sklearn.base import clone
 
-from .models import CifarResNet, DigitsCNN, FlatMLP, LeNet
+from .models import CaffeLeNet, CifarResNet, DigitsCNN, FlatMLP, LeNet
 from .sigma import CertifiedSigmaSelector, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
 from .training import (
     DataDependentTraining,
@@ -26,7 +26,8 @@ from .training import (
 TRAINING_SETTINGS = {"lr": 0.05, "optimizer__momentum": 0.9, "batch_size": 64}
 
 #: Reference architectures by the short name ``smoothsk fit --module`` takes.
-MODULES = {"digits-cnn": DigitsCNN, "flat-mlp": FlatMLP, "lenet": LeNet, "cifar-resnet": CifarResNet}
+MODULES = {"digits-cnn": DigitsCNN, "flat-mlp": FlatMLP, "lenet": LeNet, "caffe-lenet": CaffeLeNet,
+           "cifar-resnet": CifarResNet}
 
 
 @dataclass(frozen=True)

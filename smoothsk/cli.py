@@ -447,7 +447,8 @@ def write_certificates(path, columns, rows):
 
 
 #: The input shape each built-in architecture is made for (a flat MLP takes the data's).
-MODULE_INPUT_SHAPES = {"digits-cnn": (1, 8, 8), "lenet": (1, 28, 28), "cifar-resnet": (3, 32, 32)}
+MODULE_INPUT_SHAPES = {"digits-cnn": (1, 8, 8), "lenet": (1, 28, 28), "caffe-lenet": (1, 28, 28),
+                      "cifar-resnet": (3, 32, 32)}
 
 
 def parse_classes(text):

@@ -6,7 +6,7 @@ import torch
 from scipy import stats
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
-from smoothsk.models import DigitsCNN, FlatMLP, LeNet, Normalize, Normalized
+from smoothsk.models import CaffeLeNet, DigitsCNN, FlatMLP, LeNet, Normalize, Normalized
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import Pretrained
@@ -17,12 +17,19 @@ from smoothsk.training import Pretrained
     (FlatMLP(n_classes=7, hidden=8), (5, 13)),
     (FlatMLP(n_classes=7), (5, 2, 3, 3)),
     (LeNet(n_classes=7), (5, 1, 28, 28)),
+    (CaffeLeNet(n_classes=7), (5, 1, 28, 28)),
 ])
 def test_logits_shape_and_gradients(module, shape):
     logits = module(torch.randn(shape))
     assert logits.shape == (5, 7)
     logits.sum().backward()
     assert all(p.grad is not None for p in module.parameters())
+
+
+def test_caffe_lenet_has_the_published_networks_layers():
+    # Jeong and Shin's released "lenet": conv 1->20 5x5, conv 20->50 5x5, dense 800->500->classes.
+    shapes = [tuple(parameter.shape) for parameter in CaffeLeNet().parameters()]
+    assert shapes == [(20, 1, 5, 5), (20,), (50, 20, 5, 5), (50,), (500, 800), (500,), (10, 500), (10,)]
 
 
 def test_digits_cnn_width():
@@ -57,7 +64,8 @@ def classic_order(model):
     return classic
 
 
-@pytest.mark.parametrize("model_class, shape", [(LeNet, (1, 28, 28)), (DigitsCNN, (1, 8, 8))])
+@pytest.mark.parametrize("model_class, shape", [(LeNet, (1, 28, 28)), (CaffeLeNet, (1, 28, 28)),
+                                                (DigitsCNN, (1, 8, 8))])
 def test_pooling_before_relu_computes_the_classic_network_bit_for_bit(model_class, shape):
     # The pooling runs before its ReLU to save work; logits and gradients must stay those of the classic order.
     torch.manual_seed(0)
