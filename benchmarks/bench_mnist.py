@@ -7,7 +7,10 @@ row trains LeNet (SGD, lr 0.05, momentum 0.9, batch 64, 90 epochs, the rate
 divided by 10 every 30 as Jeong and Shin) with one objective at
 one sigma and certifies ``g`` at that sigma; beside its ACR stands the
 published ACR of the same training on the same 500 images (Jeong and Shin
-2020's released logs, LeNet trained on all 60,000 images) and the ratio.
+2020's released logs, trained on all 60,000 images) and the ratio. LeNet is
+LeNet-5 (``smoothsk.models.LeNet``); ``--arch caffe-lenet`` trains the
+published logs' network instead (``CaffeLeNet``: conv 20, conv 50, dense 500),
+named in the files.
 
 Rows, with the settings of Jeong and Shin's released MNIST logs: Gaussian
 (Cohen et al.), Consistency (m = 2, eta 0.5, lambda 10 at sigma 0.25 and 5 at
@@ -90,7 +93,7 @@ ARCHITECTURES = {"lenet": LeNet, "caffe-lenet": CaffeLeNet}
 RADII = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 2.5])
 #: Samples per certificate of the published figures.
 PUBLISHED_N = 100_000
-#: Published ACR on the protocol's 500 images (Jeong and Shin 2020's logs, LeNet, 60,000 training images).
+#: Published ACR on the protocol's 500 images (Jeong and Shin 2020's logs, CaffeLeNet, 60,000 training images).
 PUBLISHED_ACR = {
     "gaussian": {0.25: 0.898, 0.5: 1.537, 1.0: 1.606},
     "consistency": {0.25: 0.918, 0.5: 1.633, 1.0: 1.731},
