@@ -103,7 +103,7 @@ class CaffeLeNet(nn.Module):
     Caffe's MNIST LeNet: two 5x5 convolutions of 20 and 50 channels without
     padding, each followed by 2x2 max pooling, then a dense layer of 500
     units (431,080 parameters at 10 classes, seven times :class:`LeNet`'s
-    61,706, and about five times its multiply-adds per image). It is the
+    61,706, and 5.5 times its multiply-adds per image). It is the
     "lenet" of the code released with Jeong and Shin (2020), whose MNIST logs
     the published figures of ``benchmarks/bench_mnist.py`` come from; it
     reads pixels in [0, 1], with no normalisation layer.
