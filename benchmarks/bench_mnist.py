@@ -63,10 +63,10 @@ import torch
 from skorch.callbacks import LRScheduler
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk._presets import MODULES
 from smoothsk.datasets import load_mnist_protocol
 from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
-from smoothsk.models import CaffeLeNet, LeNet
 from smoothsk.regions import MemoryAllocator, OnlineBallAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
@@ -87,8 +87,9 @@ from _common import quick_parser, timed
 from bench_certify import in_layout, per_input_loop
 
 SIGMAS = (0.25, 0.5, 1.0)
-#: The networks ``--arch`` names: LeNet (the default) and the published tables' (Jeong and Shin's released code).
-ARCHITECTURES = {"lenet": LeNet, "caffe-lenet": CaffeLeNet}
+#: The networks ``--arch`` names, by ``smoothsk fit --module``'s names: LeNet (the default) and the published
+#: tables' CaffeLeNet (Jeong and Shin's released code).
+ARCHITECTURES = {name: MODULES[name] for name in ("lenet", "caffe-lenet")}
 #: Radii of the published certified-accuracy columns (sigma 1.0).
 RADII = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 2.5])
 #: Samples per certificate of the published figures.
