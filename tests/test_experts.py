@@ -437,6 +437,26 @@ def test_given_trained_experts_are_not_modified():
         assert_bit_identical(fitted, state)
 
 
+def test_experts_a_selector_starts_from_are_not_modified():
+    # The selector is built like the experts and starts from one's weights: training it must leave them.
+    torch.manual_seed(0)
+    experts = [FlatMLP(n_classes=2) for _ in range(2)]  # the class with K outputs: the selector shares its layer
+    for expert in experts:
+        expert(torch.zeros(1, 2))
+    saved = [snapshot(expert) for expert in experts]
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 2)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    clf = SampleWiseSmoothedClassifier(
+        NoiseLevelExperts(LEVELS, experts), training=Pretrained(), max_epochs=3, lr=0.5,
+        sigma_search=CertifiedSigmaSelector(n=100, n0=10, selector_epochs=3, min_level_gain=None),
+        sampler=FixedSampler(n=100, n0=10), random_state=0).fit(X, y)
+    assert clf.sigma_search_.selector_module_.layers[1].weight.shape == experts[0].layers[1].weight.shape
+    for expert, fitted, state in zip(experts, clf.module_.experts, saved, strict=True):
+        assert_bit_identical(expert, state)
+        assert_bit_identical(fitted, state)
+
+
 class LinearExpert(torch.nn.Module):
     """``x @ weight`` with a fixed weight: distinguishable experts whose rows do not depend on the batch."""
 

@@ -35,7 +35,7 @@ from smoothsk.training import (
     PretrainFinetune,
 )
 
-from conftest import LevelSelectorLogits, LinearLogits, SlabLogits, slab_probability
+from conftest import LevelSelectorLogits, LinearLogits, SlabLogits, slab_probability, untrained_experts
 from soundness_support import binomial_bound
 
 LEVELS = (0.25, 2.0)
@@ -267,6 +267,41 @@ class TestFit:
         majority = np.bincount(fitted.train_levels_[targeted]).max() / targeted.sum()
         assert (learned == fitted.train_levels_)[targeted].mean() > majority
 
+    @pytest.mark.parametrize(("selector_sigma", "expert"), [(None, 2), (0.3, 0), (0.6, 1)])
+    def test_the_selector_starts_from_the_expert_nearest_its_noise(self, selector_sigma, expert):
+        # Levels 0.25, 0.5, 1.0. The default noise (0.75 x the largest level) is as near 0.5 as 1.0: the larger.
+        clf, X, y = untrained_experts(selector_epochs=0)
+        clf.set_params(sigma_search__selector_sigma=selector_sigma).fit(X, y)
+        selector = clf.sigma_search_.selector_module_.layers
+        source = clf.module_.experts[expert].layers
+        # The hidden layer is the expert's; the output layer, K = 3 logits against the expert's 2, its own.
+        assert torch.equal(selector[1].weight, source[1].weight) and torch.equal(selector[1].bias, source[1].bias)
+        assert selector[3].weight.shape == (3, 64)
+        assert selector[1].weight.data_ptr() != source[1].weight.data_ptr()  # a copy: training leaves the expert
+
+    def test_the_selector_starts_from_a_single_classifier(self):
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(60, 5)).astype(np.float32)
+        y = (X[:, 0] > 0).astype(np.int64)
+        clf = SampleWiseSmoothedClassifier(
+            FlatMLP, training=PretrainFinetune(0.25, 1.0, pretrain_epochs=1, finetune_epochs=1), max_epochs=2,
+            sigma_search=CertifiedSigmaSelector(n=100, n0=10, selector_epochs=0), sampler=FixedSampler(n=100, n0=10),
+            random_state=0).fit(X, y)
+        assert torch.equal(clf.sigma_search_.selector_module_.layers[1].weight, clf.module_.layers[1].weight)
+
+    def test_without_init_from_classifier_the_selector_starts_from_its_own_seed(self):
+        clf, X, y = untrained_experts(selector_epochs=0)
+        clf.set_params(sigma_search__init_from_classifier=False).fit(X, y)
+        weight = clf.sigma_search_.selector_module_.layers[1].weight
+        assert not any(torch.equal(weight, expert.layers[1].weight) for expert in clf.module_.experts)
+
+    def test_a_given_selector_instance_keeps_its_own_weights(self):
+        clf, X, y = untrained_experts(selector_epochs=0)
+        selector = FlatMLP(n_classes=3)
+        selector(torch.zeros(1, 5))
+        clf.set_params(sigma_search__selector=selector).fit(X, y)
+        assert torch.equal(clf.sigma_search_.selector_module_.layers[1].weight, selector.layers[1].weight)
+
     def test_fit_reads_only_its_context(self):
         # A context made by hand, without an estimator, trains the selector the estimator's fit trains.
         X = disc_inputs(60)
@@ -275,7 +310,8 @@ class TestFit:
         clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=search, lr=0.05, batch_size=16,
                                            certify_batch_size=1000, random_state=0).fit(X, y)
         context = SigmaFitContext(
-            classifier_engine=functools.partial(MonteCarloEngine, SlabLogits(), 2, 1000), levels=None,
+            classifier=SlabLogits(), classifier_engine=functools.partial(MonteCarloEngine, SlabLogits(), 2, 1000),
+            levels=None,
             assignment_levels=None, train_sigmas=None, module_class=None, module_params={},
             optimizer_factory=functools.partial(torch.optim.SGD, lr=0.05), max_epochs=0, batch_size=16,
             device=torch.device("cpu"), random_state=0, certify_samples=FixedSampler().prediction_sample_size)

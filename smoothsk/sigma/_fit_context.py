@@ -50,6 +50,9 @@ class SigmaFitContext:
 
     Attributes
     ----------
+    classifier : torch.nn.Module
+        The trained classifier (the estimator's ``module_``). Read it, never
+        change it: a selector starts from a copy of its weights.
     classifier_engine : callable
         ``classifier_engine(root_seed=...)``: a
         :class:`~smoothsk.engine.MonteCarloEngine` on the trained classifier
@@ -94,6 +97,7 @@ class SigmaFitContext:
         budget at which a training target's radius is estimated.
     """
 
+    classifier: torch.nn.Module
     classifier_engine: Callable
     levels: np.ndarray | None
     assignment_levels: np.ndarray | None
@@ -144,6 +148,7 @@ class SigmaFitContext:
         takes_classes = isinstance(module, type) and "n_classes" in inspect.signature(module).parameters
         options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}
         return cls(
+            classifier=estimator.module_,
             classifier_engine=functools.partial(MonteCarloEngine, estimator.module_, len(estimator.classes_),
                                                 estimator.certify_batch_size, estimator.device, estimator.n_jobs),
             levels=levels,

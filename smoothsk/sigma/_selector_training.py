@@ -19,6 +19,7 @@ from .._stages import (
     SELECTOR_SHUFFLE_SALT,
     SELECTOR_TRAIN_NOISE_SALT,
 )
+from ..experts import takes_noise_level
 from ._grid import sigma_radii
 
 #: Monte Carlo samples per level and failure probability of the labelled level
@@ -136,6 +137,39 @@ def useful_levels(radius, min_gain):
         kept.append(candidate)
         best = np.maximum(best, radius[candidate])
     return np.array(sorted(kept))
+
+
+def start_from_classifier(selector, classifier, noise):
+    """Copy into ``selector`` every parameter and buffer of the classifier's with the same name, shape and dtype.
+
+    A classifier of experts per level (:class:`~smoothsk.experts.NoiseLevelExperts`)
+    gives the expert of the level nearest ``noise`` (the larger of two as
+    near): it was trained on inputs about as noisy as the selector's, and
+    its features tell a robust input from a fragile one, which is what
+    decides the level. A selector built as the classifier's class with K
+    outputs so starts with all of its layers but the output layer (whose
+    shape differs); one of another class keeps what it shares by name
+    and shape only, e.g. nothing. The values are copied: training the
+    selector leaves the classifier as it is.
+
+    Parameters
+    ----------
+    selector : torch.nn.Module
+        Changed in place.
+    classifier : torch.nn.Module
+        The trained classifier; read only.
+    noise : float
+        The selector's noise level.
+    """
+    if takes_noise_level(classifier):
+        levels = np.asarray(classifier.levels, dtype=np.float64)
+        distance = np.abs(levels - noise)
+        nearest = np.flatnonzero(np.isclose(distance, distance.min(), rtol=1e-9, atol=0))
+        classifier = classifier.experts[int(nearest[levels[nearest].argmax()])]
+    state = selector.state_dict()
+    shared = {key: value for key, value in classifier.state_dict().items()
+              if key in state and state[key].shape == value.shape and state[key].dtype == value.dtype}
+    selector.load_state_dict({**state, **shared})  # copies into the selector's own tensors
 
 
 def train_selector(context, module, X, targets, objective, selector_sigma, epochs):
