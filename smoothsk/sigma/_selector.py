@@ -275,8 +275,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         for experts per level from the expert of the level nearest
         ``selector_sigma_`` (the larger of two as near). A selector built as
         the classifier's class with K outputs (the default) so starts with
-        every layer but the output layer: with the features that tell a
-        robust input from a fragile one, which decide its level. A given
+        every layer but the output layer (that one too where the classifier
+        has K classes): with the features that tell a robust input from a
+        fragile one, which decide its level. A given
         selector instance keeps its own weights. The classifier is never
         changed (the values are copied). On real MNIST (three Gaussian LeNet
         experts, n = 10,000, the 500 certify images) the router certifies

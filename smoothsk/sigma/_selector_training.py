@@ -148,9 +148,10 @@ def start_from_classifier(selector, classifier, noise):
     its features tell a robust input from a fragile one, which is what
     decides the level. A selector built as the classifier's class with K
     outputs so starts with all of its layers but the output layer (whose
-    shape differs); one of another class keeps what it shares by name
-    and shape only, e.g. nothing. The values are copied: training the
-    selector leaves the classifier as it is.
+    shape differs; where the classifier has exactly K classes, that layer
+    too, a start that training then moves); one of another class keeps
+    what it shares by name and shape only, e.g. nothing. The values are
+    copied: training the selector leaves the classifier as it is.
 
     Parameters
     ----------
