@@ -63,6 +63,7 @@ else
 fi
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT  # the scratch folder; what is kept goes to $OUT
 SUMMARY=$OUT/summary.md
 echo "# gpu_check $(date -u +%Y-%m-%dT%H:%MZ), mode $MODE" >"$SUMMARY"
 

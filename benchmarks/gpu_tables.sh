@@ -37,6 +37,7 @@ else
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT  # the scratch folder; what is kept goes to $OUT
 mkdir -p "$WORK/tables" "$OUT"
 if [ -d "$KIT/tables" ]; then
     cp -r "$KIT/tables/." "$WORK/tables/"

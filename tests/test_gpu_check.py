@@ -29,12 +29,21 @@ def toy_mnist(folder):
 
 
 def dry_run(script, out, mnist, **env):
-    """Run ``benchmarks/<script> --dry-run`` with its output in ``out``."""
-    return subprocess.run(["bash", str(ROOT / "benchmarks" / script), "--dry-run"], capture_output=True, text=True,
-                          env={**os.environ, "OUT": str(out), "MNIST_DATA": str(mnist), **env,
-                               # the script calls python3: this interpreter's, in a virtual environment too
-                               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
-                          timeout=300)
+    """Run ``benchmarks/<script> --dry-run`` with its output in ``out``; check it left no scratch folder.
+
+    (torch's compile cache, ``torchinductor_<user>``, is torch's to keep.)
+    """
+    scratch = out.parent / f"{out.name}-tmp"
+    scratch.mkdir()
+    result = subprocess.run(["bash", str(ROOT / "benchmarks" / script), "--dry-run"], capture_output=True, text=True,
+                            env={**os.environ, "OUT": str(out), "MNIST_DATA": str(mnist), "TMPDIR": str(scratch),
+                                 **env,
+                                 # the script calls python3: this interpreter's, in a virtual environment too
+                                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
+                            timeout=300)
+    left = sorted(path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_"))
+    assert not left, f"{script} left {left} behind"
+    return result
 
 
 def test_every_step_runs_at_toy_size(tmp_path):
