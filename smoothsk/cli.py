@@ -446,11 +446,6 @@ def write_certificates(path, columns, rows):
         write(file)
 
 
-#: The input shape each built-in architecture is made for (a flat MLP takes the data's).
-MODULE_INPUT_SHAPES = {"digits-cnn": (1, 8, 8), "lenet": (1, 28, 28), "caffe-lenet": (1, 28, 28),
-                      "cifar-resnet": (3, 32, 32)}
-
-
 def parse_classes(text):
     """The labels of ``--classes C1,C2,...`` (integers, distinct, ascending), or None.
 
@@ -499,7 +494,7 @@ def model_from_weights(args, X):
     """
     classes = parse_classes(args.classes)
     input_shape = tuple(X.shape[1:])
-    expected = MODULE_INPUT_SHAPES.get(args.module, input_shape)
+    expected = MODULES[args.module].input_shape or input_shape  # a flat MLP takes the data's
     if input_shape != expected:
         raise InputFileError(f"{args.data}: inputs of shape {input_shape}, but --module {args.module} takes inputs "
                              f"of shape {expected}.")
@@ -655,7 +650,7 @@ def run_certify(args):
         clf = load_model(args.model, key)
         X, y = read_certify_data(args.data, clf.input_shape_)
     else:
-        X, y = read_certify_data(args.data, MODULE_INPUT_SHAPES.get(args.module))
+        X, y = read_certify_data(args.data, MODULES[args.module].input_shape)
         clf = model_from_weights(args, X)
     if statistics is not None:
         normalize_loaded(clf, args, statistics)

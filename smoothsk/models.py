@@ -24,11 +24,18 @@ class DigitsCNN(nn.Module):
     width : int, default=16
         Channels of the first convolution (the second has twice as many).
 
+    Attributes
+    ----------
+    input_shape : tuple of int
+        The shape of one input it is made for.
+
     Examples
     --------
     >>> DigitsCNN()(torch.zeros(2, 1, 8, 8)).shape
     torch.Size([2, 10])
     """
+
+    input_shape = (1, 8, 8)
 
     def __init__(self, n_classes=10, width=16):
         super().__init__()
@@ -53,11 +60,19 @@ class FlatMLP(nn.Module):
     n_classes : int, default=2
     hidden : int, default=64
 
+    Attributes
+    ----------
+    input_shape : tuple of int or None
+        The shape of one input it is made for: None, any shape (its first
+        layer takes its size from the first batch).
+
     Examples
     --------
     >>> FlatMLP(n_classes=3)(torch.zeros(4, 5)).shape
     torch.Size([4, 3])
     """
+
+    input_shape = None
 
     def __init__(self, n_classes=2, hidden=64):
         super().__init__()
@@ -74,11 +89,18 @@ class LeNet(nn.Module):
     ----------
     n_classes : int, default=10
 
+    Attributes
+    ----------
+    input_shape : tuple of int
+        The shape of one input it is made for.
+
     Examples
     --------
     >>> LeNet()(torch.zeros(2, 1, 28, 28)).shape
     torch.Size([2, 10])
     """
+
+    input_shape = (1, 28, 28)
 
     def __init__(self, n_classes=10):
         super().__init__()
@@ -112,11 +134,18 @@ class CaffeLeNet(nn.Module):
     ----------
     n_classes : int, default=10
 
+    Attributes
+    ----------
+    input_shape : tuple of int
+        The shape of one input it is made for.
+
     Examples
     --------
     >>> CaffeLeNet()(torch.zeros(2, 1, 28, 28)).shape
     torch.Size([2, 10])
     """
+
+    input_shape = (1, 28, 28)
 
     def __init__(self, n_classes=10):
         super().__init__()
@@ -167,11 +196,18 @@ class CifarResNet(nn.Module):
     width : int, default=16
         Channels of the first stage (doubled at each of the next two).
 
+    Attributes
+    ----------
+    input_shape : tuple of int
+        The shape of one input it is made for.
+
     Examples
     --------
     >>> CifarResNet(blocks=1)(torch.zeros(2, 3, 32, 32)).shape
     torch.Size([2, 10])
     """
+
+    input_shape = (3, 32, 32)
 
     def __init__(self, n_classes=10, blocks=3, width=16):
         super().__init__()

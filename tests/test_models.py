@@ -6,6 +6,7 @@ import torch
 from scipy import stats
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
+from smoothsk._presets import MODULES
 from smoothsk.models import CaffeLeNet, DigitsCNN, FlatMLP, LeNet, Normalize, Normalized
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
@@ -24,6 +25,17 @@ def test_logits_shape_and_gradients(module, shape):
     assert logits.shape == (5, 7)
     logits.sum().backward()
     assert all(p.grad is not None for p in module.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_built_in_architecture_declares_the_inputs_it_takes(name):
+    # The command line checks a data file against it before any weights are read.
+    module_class = MODULES[name]
+    if module_class.input_shape is None:  # any shape: the flat MLP sizes its first layer lazily
+        assert module_class is FlatMLP
+        return
+    logits = module_class(n_classes=3).eval()(torch.zeros((2,) + module_class.input_shape))
+    assert logits.shape == (2, 3)
 
 
 def test_caffe_lenet_has_the_published_networks_layers():
