@@ -310,8 +310,7 @@ class TestFit:
         clf = SampleWiseSmoothedClassifier(SlabLogits, max_epochs=0, sigma_search=search, lr=0.05, batch_size=16,
                                            certify_batch_size=1000, random_state=0).fit(X, y)
         context = SigmaFitContext(
-            classifier=SlabLogits(), classifier_engine=functools.partial(MonteCarloEngine, SlabLogits(), 2, 1000),
-            levels=None,
+            classifier=SlabLogits(), n_classes=2, certify_batch_size=1000, n_jobs=None, levels=None,
             assignment_levels=None, train_sigmas=None, module_class=None, module_params={},
             optimizer_factory=functools.partial(torch.optim.SGD, lr=0.05), max_epochs=0, batch_size=16,
             device=torch.device("cpu"), random_state=0, certify_samples=FixedSampler().prediction_sample_size)

@@ -53,12 +53,12 @@ class SigmaFitContext:
     classifier : torch.nn.Module
         The trained classifier (the estimator's ``module_``). Read it, never
         change it: a selector starts from a copy of its weights.
-    classifier_engine : callable
-        ``classifier_engine(root_seed=...)``: a
-        :class:`~smoothsk.engine.MonteCarloEngine` on the trained classifier
-        (``engine.module``; sample it in eval mode), with the estimator's
-        ``certify_batch_size``, ``device`` and ``n_jobs``, inputs keyed by
-        their row.
+    n_classes : int
+        Number of classes the classifier scores.
+    certify_batch_size : int
+        The estimator's noisy copies per forward pass.
+    n_jobs : int or None
+        The estimator's ``n_jobs``.
     levels : ndarray of float, shape (K,), or None
         The training schedule's grid of noise levels
         (``BaseTrainingSchedule.noise_levels()``); None where it has none.
@@ -98,7 +98,9 @@ class SigmaFitContext:
     """
 
     classifier: torch.nn.Module
-    classifier_engine: Callable
+    n_classes: int
+    certify_batch_size: int
+    n_jobs: int | None
     levels: np.ndarray | None
     assignment_levels: np.ndarray | None
     train_sigmas: np.ndarray | None
@@ -110,6 +112,16 @@ class SigmaFitContext:
     device: torch.device
     random_state: object
     certify_samples: int
+
+    def classifier_engine(self, root_seed):
+        """A :class:`~smoothsk.engine.MonteCarloEngine` on the trained classifier, seeded by ``root_seed``.
+
+        With the estimator's ``certify_batch_size``, ``device`` and
+        ``n_jobs``, inputs keyed by their row; ``engine.module`` is
+        ``classifier`` (sample it in eval mode).
+        """
+        return MonteCarloEngine(self.classifier, self.n_classes, self.certify_batch_size, self.device, self.n_jobs,
+                                root_seed=root_seed)
 
     def seed(self, salt):
         """The estimator's seed for one purpose: ``salt`` is one of :mod:`smoothsk._stages`' ``*_SALT`` values.
@@ -149,8 +161,9 @@ class SigmaFitContext:
         options = {key: value for key, value in estimator.get_params_for("optimizer").items() if key != "lr"}
         return cls(
             classifier=estimator.module_,
-            classifier_engine=functools.partial(MonteCarloEngine, estimator.module_, len(estimator.classes_),
-                                                estimator.certify_batch_size, estimator.device, estimator.n_jobs),
+            n_classes=len(estimator.classes_),
+            certify_batch_size=estimator.certify_batch_size,
+            n_jobs=estimator.n_jobs,
             levels=levels,
             assignment_levels=None if training is None else training.assignment_levels(),
             train_sigmas=getattr(estimator, "train_sigmas_", None),
