@@ -251,6 +251,9 @@ class _NoiseSource:
             # Direct: the transform writes into the batch, whose copies are whole pairs in the compute dtype.
             self.direct = dtype == self.compute_dtype and self.size % 2 == 0
             self.words_per_copy = self.pairs * (2 if self.wide else 1)
+            # Half a grid step (u's offset) and the angle of one grid step, in the compute dtype.
+            self.half = torch.tensor(0.5, dtype=self.compute_dtype)
+            self.turn = torch.tensor(2 * math.pi * 2.0 ** (-53 if self.wide else -32), dtype=self.compute_dtype)
             self.words = np.empty(0, dtype=np.uint64)
             # One generator, moved to each segment's (key, counter) by setting its
             # state: the same words as a new Philox(key, counter), ten times cheaper.
@@ -312,21 +315,21 @@ class _NoiseSource:
             halves = torch.empty((len(out), 2, self.pairs), dtype=self.compute_dtype)
         # Each pair's angle in both halves, the second shifted by a quarter turn
         # (sin t = cos(t - pi / 2)), so that one cosine covers the whole batch.
+        # Each integer to float conversion is one pass with the first step on its values: an integer
+        # tensor and a 0-dim tensor of the compute dtype give the compute dtype, whatever torch's default.
         if self.wide:
             # Two words per pair, 53 bits of each.
             words = words.view(len(out), self.pairs, 2)
-            u = ((words[..., 0] >> 11) & ((1 << 53) - 1)).to(torch.float64).add_(0.5).mul_(2.0 ** -53)
-            halves[:, 0].copy_(words[..., 1] >> 11)
-            turn = 2 * math.pi * 2.0 ** -53
+            u = torch.add((words[..., 0] >> 11) & ((1 << 53) - 1), self.half).mul_(2.0 ** -53)
+            torch.mul(words[..., 1] >> 11, self.turn, out=halves[:, 0])
         else:
             # One word per pair: its low 32 bits give u, its high 32 bits (a signed
             # value, uniform over [-2**31, 2**31)) an angle uniform over [-pi, pi).
             # Read as two 32-bit halves in place (views, no shift or mask pass).
             low = words.view(torch.uint32).view(len(out), self.pairs, 2)[..., _LOW_HALF]
-            u = low.to(torch.float32).add_(0.5).mul_(2.0 ** -32)
-            halves[:, 0].copy_(words.view(torch.int32).view(len(out), self.pairs, 2)[..., 1 - _LOW_HALF])
-            turn = 2 * math.pi * 2.0 ** -32
-        halves[:, 0].mul_(turn)
+            u = torch.add(low, self.half).mul_(2.0 ** -32)
+            torch.mul(words.view(torch.int32).view(len(out), self.pairs, 2)[..., 1 - _LOW_HALF], self.turn,
+                      out=halves[:, 0])
         torch.sub(halves[:, 0], math.pi / 2, out=halves[:, 1])
         halves.cos_().mul_(u.log_().mul_(-2.0).sqrt_().unsqueeze(1))
         if not self.direct:

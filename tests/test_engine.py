@@ -699,6 +699,19 @@ class TestCpuNoise:
         source.fill_segments(passes, segments)
         assert torch.equal(passes, expected)
 
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    def test_the_noise_does_not_depend_on_torch_s_default_dtype(self, dtype):
+        # The transform's integer to float steps compute in the noise's own dtype: a user's
+        # torch.set_default_dtype(torch.float64) must not move a value (and so a certificate) by one bit.
+        default, draws = torch.get_default_dtype(), []
+        try:
+            for default_dtype in (torch.float32, torch.float64):
+                torch.set_default_dtype(default_dtype)
+                draws.append(self.draw(dtype, (3, 4), 500))
+        finally:
+            torch.set_default_dtype(default)
+        assert torch.equal(*draws)
+
     def test_no_copies_give_no_noise(self):
         engine = MonteCarloEngine(torch.nn.Flatten(), 3, batch_size=10, root_seed=0)
         assert engine.standard_normal(torch.zeros(2, 3), 0, (1,)).shape == (2, 0, 3)
