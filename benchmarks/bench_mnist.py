@@ -386,7 +386,7 @@ def run_row(name, sigma, splits, settings, out):
               "samples_per_image": float(np.mean(details.n_samples + details.sigma_samples)),
               "guarantee": details.guarantee,
               "r1_capped": float(np.mean((details.radius_cap < own)[correct])) if correct.any() else 0.0,
-              "sigma_chosen": np.bincount(np.searchsorted(SIGMAS, details.sigma), minlength=len(SIGMAS)).tolist(),
+              "sigma_per_image": details.sigma.tolist(),
               "prediction": prediction.tolist(), "radius": radius.tolist()}
     result_path.write_text(json.dumps(result))
     return result
