@@ -51,6 +51,11 @@ certify images with 10 epochs; ``--rows`` picks rows (``gaussian-0.25,...``,
 and epochs (``gaussian-sigma0.5-e90.safetensors``): ``--n`` and ``--images``
 certify the same models.
 
+Like the ``smoothsk`` command, the script keeps freed memory in its process
+(:func:`smoothsk.allocator.keep_freed_memory`): at glibc's defaults the
+kernel's page faults took 46% of a MACER training run's CPU time, and a MACER
+epoch takes 1.6x as long (SmoothAdv's 1.4x).
+
 Run ``python benchmarks/bench_mnist.py [--quick] [--rows ...] [--data ../shared/data/mnist]``.
 """
 
@@ -64,6 +69,7 @@ from skorch.callbacks import LRScheduler
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk._presets import MODULES
+from smoothsk.allocator import keep_freed_memory
 from smoothsk.datasets import load_mnist_protocol
 from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
@@ -512,6 +518,7 @@ def main():
                             ("train", "training images, the first so many: what the training set's size costs")):
         parser.add_argument(f"--{option}", type=int, help=f"override the mode's {option} ({meaning})")
     args = parser.parse_args()
+    keep_freed_memory()  # every row trains and certifies in this process
     splits = load_mnist_protocol(args.data)
     settings = ({"n": 10_000, "images": 100, "epochs": 10} if args.quick else
                 {"n": 100_000, "images": 500, "epochs": 90})
