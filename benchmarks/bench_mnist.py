@@ -535,6 +535,7 @@ def main():
     if args.arch != "lenet":
         settings["arch"] = args.arch
     settings.update({option: getattr(args, option) for option in settings if getattr(args, option) is not None})
+    check_training_size(parser, splits, settings["train"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines, curves = table(args.rows.split(","), splits, settings, out)
@@ -550,6 +551,20 @@ def main():
     print("\n" + "\n\n".join(notes))
     if args.report:
         write_report(Path(args.report), lines, notes, curves, settings)
+
+
+def check_training_size(parser, splits, size):
+    """Exit with a one-line error unless ``--train``'s first ``size`` training images hold every class.
+
+    The protocol's split begins with the 5,000 CSV images in class order, so
+    fewer than 5,000 would train on some digits only.
+    """
+    if not 0 < size <= len(splits.y_train):
+        parser.error(f"--train must be between 1 and {len(splits.y_train):,} (the training split's size); got {size}.")
+    missing = sorted(set(splits.y_train.tolist()) - set(splits.y_train[:size].tolist()))
+    if missing:
+        parser.error(f"--train {size} takes the training split's first {size:,} images, which miss digits {missing} "
+                     f"(the split begins with the 5,000 CSV images in class order); use 5,000 or more.")
 
 
 def write_report(folder, lines, notes, curves, settings):
