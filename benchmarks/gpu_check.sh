@@ -47,7 +47,7 @@ if [ "$MODE" = --dry-run ]; then
     MNIST=${MNIST_DATA:-../shared/data/mnist}
     CIFAR_ARGS="--device cpu --n 200 --inputs 1 --inputs-small 2 --blocks 1 --batch-size 100 --smoothsk-batch-size 100 400"
     CIFAR_TUNING_ARGS="--device cpu --n 200 --inputs 1 --inputs-small 2 --blocks 1 --batch-size 100 --precisions bf16 --cudnn-benchmark --fuse-batch-norm"
-    MNIST_ARGS="--n 200 --images 2 --epochs 1 --train 600 --certify-batch-size 100"
+    MNIST_ARGS="--n 200 --images 2 --epochs 1 --certify-batch-size 100"
     TEST_ARGS=(-k "not bfloat16 and not saved")
     ROUTER_TRAININGS=gaussian:ours
 else

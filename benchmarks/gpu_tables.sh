@@ -24,7 +24,7 @@ LIMIT=${LIMIT:-480}
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 if [ "$MODE" = --dry-run ]; then
     ROWS=${ROWS:-macer-1 smoothadv+consistency-0.25}
-    ARGS="--device cpu --data ${MNIST_DATA:-../shared/data/mnist} --n 200 --images 2 --epochs 1 --train 600
+    ARGS="--device cpu --data ${MNIST_DATA:-../shared/data/mnist} --n 200 --images 2 --epochs 1
           --certify-batch-size 100"
     PARALLEL=2
 else
