@@ -58,14 +58,14 @@ def main():
                           False)
     clf.fit(X_train, y_train)
     sigma0 = clf.training.sigma0
-    trained_levels = np.rint((clf.train_sigmas_ / sigma0) ** 2).astype(int)
+    trained_levels = clf.training.levels(clf)
     largest = int(trained_levels.max())
     levels, counts = np.unique(trained_levels, return_counts=True)
     print("Training levels (level: samples): " + ", ".join(f"{level}: {count}" for level, count in zip(levels, counts,
                                                                                                      strict=True)))
 
-    lines, demo_sigma, demo_prediction = row("FGSS up to level 16 (the demo's row)", clf, X_test, y_test)
-    lines = [lines]
+    demo_cells, demo_sigma, demo_prediction = row("FGSS up to level 16 (the demo's row)", clf, X_test, y_test)
+    lines = [demo_cells]
     for level in sorted({largest, 4}):
         capped = copy.deepcopy(clf).set_params(sigma_search=MultiStartFGSS(sigma0, level, n=FULL["search_n"]))
         lines.append(row(f"FGSS up to level {level} (sigma {sigma0 * np.sqrt(level):.3f})"
