@@ -15,6 +15,10 @@ COMPONENTS = ("training", "sigma_search", "sampler", "allocator")
 class Components:
     """The components an estimator uses, its parameters or their defaults (see :func:`component`).
 
+    The sigma search is the one the training schedule lets the estimator
+    run (``BaseTrainingSchedule.sigma_search_for``): the parameter as given,
+    except where training limits the levels it may choose.
+
     Attributes
     ----------
     training : BaseTrainingSchedule
@@ -40,7 +44,9 @@ class Components:
         -------
         Components
         """
-        return cls(**{name: component(estimator, name) for name in COMPONENTS})
+        components = {name: component(estimator, name) for name in COMPONENTS}
+        components["sigma_search"] = components["training"].sigma_search_for(estimator, components["sigma_search"])
+        return cls(**components)
 
 
 def component(estimator, name):

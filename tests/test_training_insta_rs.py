@@ -7,6 +7,10 @@ import torch
 from sklearn.base import clone
 from torch import nn
 
+from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk._params import Components
+from smoothsk.models import FlatMLP
+from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import MultiStartFGSS
 from smoothsk.training import GaussianNoise, InstaRSTrain, SmoothAdv
 
@@ -78,3 +82,29 @@ def test_a_plan_started_over_resumes_from_its_own_epochs():
     assert len(net.history) == 6
     net.partial_fit(X[100:200], y[100:200])
     assert list(net.history[:, "training_stage"]) == ["stage1"] * 3 + ["stage2"] + ["stage1"] * 3 + ["stage2"]
+
+
+def test_the_default_search_stays_within_the_levels_training_reached():
+    # Levels move one step per update: five updates from level 1 reach level 6 at most, of 16. A level training
+    # never reached is a noise level the model never learned; the label-free search must not pick it.
+    X, y = training_digits()
+    schedule = InstaRSTrain(sigma0=0.25, max_level=16, update_every=1, stage1_epochs=5, stage2_epochs=0,
+                            num_noise=2, stage1_objective=GaussianNoise(), stage2_objective=GaussianNoise())
+    unfitted = SampleWiseSmoothedClassifier(FlatMLP, training=schedule)
+    assert Components.of(unfitted).sigma_search.max_level == 16
+    net = digits_net(X, y, training=schedule)
+    reached = int(schedule.levels(net).max())
+    assert 1 < reached <= 6
+    search = Components.of(net).sigma_search
+    assert isinstance(search, MultiStartFGSS) and search.max_level == reached
+    assert search.start_pairs() == ((1, 1), (reached, -1))
+    _, _, details = net.set_params(sampler=FixedSampler(n=100, n0=10)).certify(X[:20], return_details=True)
+    assert details.sigma.max() <= 0.25 * np.sqrt(reached) + 1e-12
+    # A search the user passes is capped the same way (its starts moved within the cap), never changed itself.
+    explicit = MultiStartFGSS(sigma0=0.25, max_level=16, starts=((16, -1), (1, 2)), n=50)
+    capped = Components.of(net.set_params(sigma_search=explicit)).sigma_search
+    assert (capped.max_level, capped.starts, capped.n) == (reached, ((reached, -1), (1, 2)), 50)
+    assert explicit.max_level == 16
+    # search_levels="all": Alg. 1 as published, over every level.
+    net.set_params(training__search_levels="all")
+    assert Components.of(net).sigma_search is net.sigma_search

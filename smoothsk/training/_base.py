@@ -141,6 +141,24 @@ class BaseTrainingSchedule(Component):
         """The test-time sigma search matching this schedule (used when none is given)."""
         return FixedSigma()
 
+    def sigma_search_for(self, net, search):
+        """The test-time search the estimator ``net`` runs: ``search``, or this schedule's restriction of it.
+
+        Parameters
+        ----------
+        net : SampleWiseSmoothedClassifier
+            The estimator, fitted or not.
+        search : BaseSigmaSearch
+            Its ``sigma_search`` parameter, or :meth:`default_sigma_search` where that is None.
+
+        Returns
+        -------
+        search : BaseSigmaSearch
+            ``search`` itself, unless a schedule's training state limits
+            which noise levels it may choose (:class:`InstaRSTrain`).
+        """
+        return search
+
     def noise_levels(self):
         """The grid of noise levels the schedule works with: by default its test-time search's.
 
