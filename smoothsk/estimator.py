@@ -56,6 +56,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
     sigma_search : BaseSigmaSearch or None, default=None
         Test-time noise level per input; None means the schedule's
         ``default_sigma_search()`` (``FixedSigma`` at the training sigma).
+        After ``fit`` the schedule may restrict the levels it searches
+        (``BaseTrainingSchedule.sigma_search_for``: ``InstaRSTrain`` caps
+        a ``MultiStartFGSS`` at the largest sigma training assigned).
         A :class:`~smoothsk.sigma.BaseCertifiedSigma` (a sigma function with
         its own certificate, e.g. ``CertifiedSigmaSelector``) makes
         ``certify`` and ``predict`` about the sample-wise classifier
