@@ -141,7 +141,7 @@ class InstaRSTrain(PerSampleSchedule):
         sigmas = getattr(net, "train_sigmas_", None)
         if self.search_levels == "all" or sigmas is None or not len(sigmas) or not isinstance(search, MultiStartFGSS):
             return search
-        # The levels are sigma0 * sqrt(l): a relative tolerance keeps the rounding of a reached level below it.
+        # Levels are sigma0 * sqrt(l): the tolerance keeps a reached level from rounding down to the one below.
         reached = max(1, math.floor((float(np.max(sigmas)) / search.sigma0) ** 2 * (1 + 1e-9)))
         if reached >= search.max_level:
             return search
