@@ -764,6 +764,9 @@ def _rebuild(cls, document, tensors, source, module, classes):
         if train_sigmas.ndim != 1 or train_sigmas.dtype.kind != "f":
             raise ValueError(f"{source}: train_sigmas_ must be a 1-d float array; got dtype "
                              f"{train_sigmas.dtype} and shape {train_sigmas.shape}.")
+        if not np.all(np.isfinite(train_sigmas) & (train_sigmas > 0)):  # noise levels, as training wrote them
+            raise ValueError(f"{source}: train_sigmas_ must be positive and finite (noise levels); got "
+                             f"{float(train_sigmas[~(np.isfinite(train_sigmas) & (train_sigmas > 0))][0]):g}.")
         estimator.train_sigmas_ = train_sigmas
     if _TRAIN_KEYS in tensors:  # whose sigmas train_sigmas_ are, for a later partial_fit
         train_keys, train_sigmas = _array(tensors, _TRAIN_KEYS, source), getattr(estimator, "train_sigmas_", None)

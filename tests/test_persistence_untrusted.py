@@ -325,6 +325,15 @@ class TestOneClearError:
         with pytest.raises(ValueError, match=rf"evil\.safetensors: tensor '{name}' has dtype torch.bfloat16"):
             load(forge(tmp_path / "evil.safetensors", document, tensors))
 
+    @pytest.mark.parametrize("value", [np.nan, np.inf, 0.0, -1.0])
+    def test_train_sigmas_must_be_noise_levels(self, value, flat_mlp_file, tmp_path):
+        """A sigma that is not a positive finite number would reach training (partial_fit) and Insta-RS's search cap."""
+        document, tensors = read_file(flat_mlp_file)
+        sigmas = tensors["train_sigmas_"].copy()
+        sigmas[0] = value
+        with pytest.raises(ValueError, match=r"evil\.safetensors: train_sigmas_ must be positive and finite"):
+            load(forge(tmp_path / "evil.safetensors", document, {**tensors, "train_sigmas_": sigmas}))
+
     def test_train_keys_must_be_uint64_keys_of_the_train_sigmas(self, flat_mlp_file, tmp_path):
         document, tensors = read_file(flat_mlp_file)
         for keys in (np.zeros((2, 3), np.float32), np.zeros(3, np.uint64)):
