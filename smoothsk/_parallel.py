@@ -12,10 +12,17 @@ together, therefore gives exactly the certificates of one pass
 for the whole set keeps its one pass. Workers run wherever
 the active joblib back-end puts them: threads by default, or the processes
 of a ``dask.distributed`` or ray cluster under ``joblib.parallel_config``.
+
+Workers that are threads of this process share its torch CPU threads
+(:func:`sharing_threads`), here and in the engine's split of one call's
+batches: each worker runs its forward passes on its share, not on all of
+them, so ``n_jobs`` workers never run ``n_jobs`` times the cores' threads.
 """
 
+import os
 
 import numpy as np
+import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
 from .certificates import Certificates
@@ -62,6 +69,51 @@ def n_chunks(n_inputs, n_jobs):
     return max(1, min(n_inputs, _CHUNKS_PER_WORKER * effective_n_jobs(n_jobs)))
 
 
+def sharing_threads(function, n_workers):
+    """``function`` wrapped to run as one of ``n_workers`` concurrent joblib workers on its share of torch's threads.
+
+    In a thread of this process (joblib's threading back-end, the default
+    here), the call runs its forward passes on
+    ``max(1, torch.get_num_threads() // n_workers)`` intra-op threads, the
+    count of the process at wrapping: torch's count is per thread, so the
+    other workers and the caller keep theirs. In another process (a dask,
+    ray or loky worker) the call runs as it is, with that process's threads.
+
+    Parameters
+    ----------
+    function : callable
+        Picklable (for process back-ends).
+    n_workers : int
+        Workers that run at the same time.
+
+    Returns
+    -------
+    callable
+        Takes and returns what ``function`` does.
+    """
+    return _ThreadShare(function, os.getpid(), torch.get_num_threads(), n_workers)
+
+
+class _ThreadShare:
+    """``function`` on its share of the torch threads when called in process ``pid``: see :func:`sharing_threads`."""
+
+    def __init__(self, function, pid, threads, n_workers):
+        self.function, self.pid, self.threads, self.n_workers = function, pid, threads, n_workers
+
+    def __call__(self, *args, **kwargs):
+        if os.getpid() != self.pid:
+            return self.function(*args, **kwargs)
+        # A thread's first torch call sets its count from the process-wide one, which the other workers
+        # are changing: make that call now, so that the share set next is not overwritten by it.
+        torch.get_num_threads()
+        torch.set_num_threads(max(1, self.threads // self.n_workers))
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            # set_num_threads also sets the count that threads started later begin with: back to the process's.
+            torch.set_num_threads(self.threads)
+
+
 def certify_in_parallel(certify_chunk, X, n_jobs, progress=None):
     """Certify the inputs ``X`` in chunks over joblib workers.
 
@@ -85,6 +137,7 @@ def certify_in_parallel(certify_chunk, X, n_jobs, progress=None):
         Certificates of the inputs, in order.
     """
     bounds = np.linspace(0, len(X), n_chunks(len(X), n_jobs) + 1).round().astype(int)
+    certify_chunk = sharing_threads(certify_chunk, min(effective_n_jobs(n_jobs), len(bounds) - 1))
     parts = []
     results = Parallel(n_jobs=n_jobs, prefer="threads", return_as="generator")(
         delayed(certify_chunk)(X[begin:end])

@@ -58,6 +58,7 @@ import numpy as np
 import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
+from ._parallel import sharing_threads
 from .experts import forward
 
 __all__ = ["MonteCarloEngine", "NOISE_BLOCK", "runs_channels_last", "stage_key"]
@@ -377,7 +378,9 @@ class MonteCarloEngine:
         Where noise is drawn and the module runs.
     n_jobs : int or None
         joblib workers over runs of batches (threads unless a joblib
-        back-end such as dask or ray is active). ``None`` runs in-process.
+        back-end such as dask or ray is active; threads share torch's CPU
+        threads, see :func:`smoothsk._parallel.sharing_threads`). ``None``
+        runs in-process.
     root_seed : int
         Seed of all noise drawn through this engine; see :func:`stage_key`.
     progress : tqdm progress bar or None
@@ -612,8 +615,9 @@ class MonteCarloEngine:
         if len(runs) == 1:
             parts = [self._run_batches(plan, runs[0])]
         else:
+            run_batches = sharing_threads(self._run_batches, len(runs))
             parts = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-                delayed(self._run_batches)(plan, run) for run in runs if len(run))
+                delayed(run_batches)(plan, run) for run in runs if len(run))
         for first, partial, _ in parts:
             result[first:first + len(partial)] += partial
         undefined = sum(part[2] for part in parts)

@@ -102,7 +102,9 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         stateless allocator (``NoRegions``) and a per-input sigma search splits the inputs into chunks,
         search and sampling together; otherwise, and for ``predict``, the
         workers share the batches of each sampling call (see
-        :class:`~smoothsk.engine.MonteCarloEngine`). Results do not depend on it.
+        :class:`~smoothsk.engine.MonteCarloEngine`). Worker threads share
+        torch's CPU threads (``torch.get_num_threads()``) rather than each
+        running all of them. Results do not depend on it.
     random_state : int, RandomState instance or None, default=None
         Seeds weight initialisation, shuffling, training noise and the
         Monte Carlo noise. An int makes ``fit``, ``predict`` and ``certify``

@@ -2,18 +2,22 @@
 
 import copy
 import importlib.util
+import threading
 
 import joblib
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 
-from smoothsk import _certification
+from smoothsk import SampleWiseSmoothedClassifier, _certification
 from smoothsk.certificates import Certificates
 from smoothsk.regions import OnlineBallAllocator
-from smoothsk.sigma import MultiStartFGSS
+from smoothsk.sampling import FixedSampler
+from smoothsk.sigma import FixedSigma, MultiStartFGSS
+from smoothsk.training import FixedSigmaTraining
 
-from conftest import SEARCH_WEIGHT
+from conftest import SEARCH_WEIGHT, LinearLogits
 
 FIELDS = ("prediction", "radius", "sigma", "p_lower", "n_samples", "search_steps", "region")
 
@@ -97,6 +101,46 @@ class TestChunks:
         details = with_params(fitted_digits_cnn, n_jobs=2).certify(X[:1], return_details=True)[2]
         assert_same_certificates(details, Certificates(**{f: getattr(expected, f)[:1] for f in FIELDS}))
         assert chunk_calls == [(1, False)]
+
+
+class ThreadRecordingLogits(LinearLogits):
+    """:class:`LinearLogits` that records, per forward pass, whether it ran in the main thread and torch's threads."""
+
+    calls = []
+
+    def forward(self, x):
+        type(self).calls.append((threading.current_thread() is threading.main_thread(), torch.get_num_threads()))
+        return super().forward(x)
+
+
+@pytest.fixture
+def four_torch_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    yield
+    torch.set_num_threads(before)
+
+
+class TestThreadShares:
+    @pytest.mark.parametrize("n_inputs", [1, 8], ids=["batches of one input", "chunks of inputs"])
+    def test_thread_workers_share_the_processes_torch_threads(self, linear_data, four_torch_threads, n_inputs):
+        # Two workers each running torch's four threads would run eight on four cores: each takes two.
+        clf = SampleWiseSmoothedClassifier(
+            ThreadRecordingLogits, module__weight=list(SEARCH_WEIGHT), max_epochs=0, training=FixedSigmaTraining(0.5),
+            sigma_search=FixedSigma(0.5), sampler=FixedSampler(n=2000, n0=100), certify_batch_size=500, n_jobs=2,
+            random_state=0).fit(np.zeros((2, 4), dtype=np.float32), [0, 1])
+        ThreadRecordingLogits.calls.clear()
+        clf.certify(linear_data[0][:n_inputs])
+        in_workers = {threads for main, threads in ThreadRecordingLogits.calls if not main}
+        in_main = {threads for main, threads in ThreadRecordingLogits.calls if main}
+        assert in_workers == {2}
+        assert in_main <= {4}  # a single batch (one input's selection copies) runs here, with every thread
+        # Afterwards this thread, and any thread started later, have the process's four again.
+        started_later = []
+        thread = threading.Thread(target=lambda: started_later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert (torch.get_num_threads(), started_later) == (4, [4])
 
 
 @pytest.fixture(scope="module")
