@@ -15,9 +15,11 @@ copies per batch); the last two certify their untrained weights as they are
   noise drawn, nothing counted), with the module and the batches in that layout;
 - ``forward on normal_ (contiguous)`` and ``(channels_last)``: the same forward
   passes, each batch's noise drawn by ``normal_`` into a reused buffer, with
-  the module and the batches in that layout. The target's "forward-pass limit"
-  is the faster of the two in each repeat, so it cannot be met against a slow
-  layout;
+  the module and the batches in that layout. With ``--n-jobs`` above 1 (certify
+  then runs that many workers, each on its share of the threads) they also run
+  as that many lanes of threads, each with its share of the threads and of the
+  batches. The target's "forward-pass limit" is the fastest of them in each
+  repeat, so it cannot be met against a slow layout or a slow split of the cores;
 - ``per-input loop``: Cohen et al.'s reference CERTIFY written plainly, in
   the contiguous layout as their code runs: per input, n0 selection then n
   estimation samples in batches of at most ``batch_size`` copies of that
@@ -42,6 +44,7 @@ docs/scaling.md); the rows are comparable within one run either way, and
 """
 
 import copy
+import threading
 import time
 
 import numpy as np
@@ -130,11 +133,33 @@ def raw_limit(module, X, n, batch_size):
             module(noisy[:min(batch_size, total - start)])
 
 
-def forward_on_normal(module, X, n, batch_size):
-    """Forward passes over the same number of noisy inputs (tensor X), each batch's noise drawn by ``normal_``."""
+def forward_on_normal(module, X, n, batch_size, lanes=1):
+    """Forward passes over the same number of noisy inputs (tensor X), each batch's noise drawn by ``normal_``.
+
+    With ``lanes`` above 1, that many threads run a share of the batches
+    each, each on its share of torch's threads (the count is per thread).
+    """
     total = len(X) * (N0 + n)
-    generator = torch.Generator().manual_seed(0)
     clean = X[torch.arange(batch_size) % len(X)]
+    if lanes == 1:
+        return normal_batches(module, clean, total)
+    threads = max(1, torch.get_num_threads() // lanes)
+
+    def lane(seed):
+        torch.set_num_threads(threads)
+        normal_batches(module, clean, total // lanes, seed)
+
+    workers = [threading.Thread(target=lane, args=(seed,)) for seed in range(lanes)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def normal_batches(module, clean, total, seed=0):
+    """Forward passes over ``total`` noisy copies of the batch ``clean``, each batch's noise drawn by ``normal_``."""
+    generator = torch.Generator().manual_seed(seed)
+    batch_size = len(clean)
     noise = torch.empty_like(clean)
     with torch.inference_mode():
         for start in range(0, total, batch_size):
@@ -184,11 +209,14 @@ def run_regime(clf, X, n, repeats, clock):
     module, batch_size = clf.module_.eval(), clf.certify_batch_size
     clf.set_params(sampler__n=n, sampler__n0=N0)
     layouts = {name: in_layout(module, X, layout) for name, layout in LAYOUTS.items()}
+    splits = {1: ""} if clf.n_jobs in (None, 1) else {1: "", clf.n_jobs: f", {clf.n_jobs} lanes"}
+    forward_methods = {
+        f"forward on normal_ ({name}{label})": lambda X, name=name, lanes=lanes: forward_on_normal(
+            *layouts[name], n, batch_size, lanes) for name in LAYOUTS for lanes, label in splits.items()}
     methods = {
         "certify": lambda X: clf.certify(X),
         **{f"raw limit ({name})": lambda X, name=name: raw_limit(*layouts[name], n, batch_size) for name in LAYOUTS},
-        **{f"forward on normal_ ({name})": lambda X, name=name: forward_on_normal(*layouts[name], n, batch_size)
-           for name in LAYOUTS},
+        **forward_methods,
         "per-input loop": lambda X: per_input_loop(layouts["contiguous"][0], X, n, batch_size, len(clf.classes_)),
     }
     for method in methods.values():
@@ -197,14 +225,16 @@ def run_regime(clf, X, n, repeats, clock):
     for _ in range(repeats):  # interleaved, so that changes of load hit every method alike
         for name, method in methods.items():
             times[name].append(timed(method, X, clock=clock)[0])
-    # The forward-pass limit: the faster layout in each repeat.
-    times["forward-pass limit"] = np.minimum(*(times[f"forward on normal_ ({name})"] for name in LAYOUTS)).tolist()
+    # The forward-pass limit: the fastest layout and split of the cores in each repeat.
+    times["forward-pass limit"] = np.min([times[name] for name in forward_methods], axis=0).tolist()
     return times
 
 
 def main():
     parser = quick_parser(__doc__, "few inputs, one repeat (a smoke run)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--n-jobs", type=int, default=1,
+                        help="certify's n_jobs (default 1); above 1 the forward passes also run in as many lanes")
     parser.add_argument("--batch-size", type=int, help="certify_batch_size (default 1000; cifar-resnet 64)")
     parser.add_argument("--regimes", default="i,ii,iii", help="regimes to run (default i,ii,iii)")
     parser.add_argument("--model", choices=sorted(MODELS), default="digits-cnn", help="base classifier")
@@ -223,14 +253,14 @@ def main():
         X, y = load_digits_images()
         clf = SampleWiseSmoothedClassifier(module, training=FixedSigmaTraining(SIGMA), sampler=FixedSampler(),
                                            max_epochs=2, lr=0.05, optimizer__momentum=0.9, random_state=0,
-                                           certify_batch_size=batch_size)
+                                           certify_batch_size=batch_size, n_jobs=args.n_jobs)
         clf.fit(X[:1000], y[:1000])
         X_test = X[1000:]
     else:
         torch.manual_seed(0)
         X_test = np.random.default_rng(0).random((500,) + shape, dtype=np.float32)
         clf = SampleWiseSmoothedClassifier(module().eval(), training=Pretrained(SIGMA), sampler=FixedSampler(),
-                                           random_state=0, certify_batch_size=batch_size)
+                                           random_state=0, certify_batch_size=batch_size, n_jobs=args.n_jobs)
         clf.partial_fit(X_test[:1], np.zeros(1, dtype=np.int64), classes=np.arange(10))
     regimes = [("(i)", 20_000, 1 if args.quick else limit_inputs, "forward-pass limit", 0.95),
                ("(ii)", 200, 100 if args.quick else 500, "per-input loop", 1.0),
@@ -238,7 +268,7 @@ def main():
     regimes = [regime for regime in regimes if regime[0].strip("()") in args.regimes.split(",")]
     repeats = 1 if args.quick else args.repeats
 
-    print(f"{args.model}, torch {torch.__version__}, {args.threads} thread(s), "
+    print(f"{args.model}, torch {torch.__version__}, {args.threads} thread(s), n_jobs={args.n_jobs}, "
           f"certify_batch_size={clf.certify_batch_size}, keep_freed_memory {kept}, "
           f"n0={N0}, {args.clock} time, {repeats} interleaved repeat(s)\n")
     table_header(["regime", "inputs", "n per input", "method", "noisy samples", "best seconds", "samples/s",
