@@ -151,7 +151,7 @@ from ._module_state import allocation_budget, check_buildable, load_module_state
 from ._validation import smoothing_components
 from ._version import __version__
 from .regions import RegionStore
-from .statistics import first_offender
+from .statistics import check_noise_levels
 
 __all__ = ["MAX_CLASSES_BYTES", "MAX_INPUT_FEATURES", "MAX_BATCH_BYTES", "MAX_N_JOBS", "load_estimator",
            "save_estimator"]
@@ -765,10 +765,10 @@ def _rebuild(cls, document, tensors, source, module, classes):
         if train_sigmas.ndim != 1 or train_sigmas.dtype.kind != "f":
             raise ValueError(f"{source}: train_sigmas_ must be a 1-d float array; got dtype "
                              f"{train_sigmas.dtype} and shape {train_sigmas.shape}.")
-        not_levels = ~(np.isfinite(train_sigmas) & (train_sigmas > 0))  # noise levels, as training wrote them
-        if not_levels.any():
-            raise ValueError(f"{source}: train_sigmas_ must be positive and finite (noise levels); got "
-                             f"{first_offender(train_sigmas, not_levels)}.")
+        try:
+            check_noise_levels(train_sigmas, "train_sigmas_")  # noise levels, as training wrote them
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
         estimator.train_sigmas_ = train_sigmas
     if _TRAIN_KEYS in tensors:  # whose sigmas train_sigmas_ are, for a later partial_fit
         train_keys, train_sigmas = _array(tensors, _TRAIN_KEYS, source), getattr(estimator, "train_sigmas_", None)

@@ -68,12 +68,12 @@ def check_probability(values, name):
         raise ValueError(f"{name} must be a probability in [0, 1]; got {first_offender(values, bad)}.")
 
 
-def check_noise_levels(sigma):
-    """Refuse noise levels (scalar or per input) that are not finite and positive."""
+def check_noise_levels(sigma, name="sigma"):
+    """Refuse noise levels (scalar or per input) that are not finite and positive, naming them ``name``."""
     sigma = np.asarray(sigma, dtype=np.float64)
     bad = ~(np.isfinite(sigma) & (sigma > 0))
     if bad.any():
-        raise ValueError(f"sigma must be finite and positive; got {first_offender(sigma, bad)}.")
+        raise ValueError(f"{name} must be finite and positive; got {first_offender(sigma, bad)}.")
 
 
 def clopper_pearson_lower(n_success, n_total, alpha):

@@ -331,7 +331,7 @@ class TestOneClearError:
         document, tensors = read_file(flat_mlp_file)
         sigmas = tensors["train_sigmas_"].copy()
         sigmas[0] = value
-        with pytest.raises(ValueError, match=r"evil\.safetensors: train_sigmas_ must be positive and finite"):
+        with pytest.raises(ValueError, match=r"evil\.safetensors: train_sigmas_ must be finite and positive; got "):
             load(forge(tmp_path / "evil.safetensors", document, {**tensors, "train_sigmas_": sigmas}))
 
     def test_train_keys_must_be_uint64_keys_of_the_train_sigmas(self, flat_mlp_file, tmp_path):
