@@ -124,6 +124,7 @@ Not saved
   every ``fit``/``partial_fit`` sets them again (the stage from the history).
 """
 
+import contextlib
 import copy
 import inspect
 import warnings
@@ -594,8 +595,15 @@ def _array(tensors, name, source):
 def _decode_regions(attributes, tensors, n_features, n_classes, source):
     """The region store, checked by :meth:`~smoothsk.regions.RegionStore.from_arrays` (names, shapes, values)."""
     saved = {name: _array(tensors, _REGIONS_PREFIX + name, source) for name in _prefixed(tensors, _REGIONS_PREFIX)}
-    try:
+    with _naming(source):
         return RegionStore.from_arrays(saved, attributes, n_features, n_classes)
+
+
+@contextlib.contextmanager
+def _naming(source):
+    """A check's ValueError inside, raised again with ``source`` (the file) before its message."""
+    try:
+        yield
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
 
@@ -765,10 +773,8 @@ def _rebuild(cls, document, tensors, source, module, classes):
         if train_sigmas.ndim != 1 or train_sigmas.dtype.kind != "f":
             raise ValueError(f"{source}: train_sigmas_ must be a 1-d float array; got dtype "
                              f"{train_sigmas.dtype} and shape {train_sigmas.shape}.")
-        try:
+        with _naming(source):
             check_noise_levels(train_sigmas, "train_sigmas_")  # noise levels, as training wrote them
-        except ValueError as exc:
-            raise ValueError(f"{source}: {exc}") from None
         estimator.train_sigmas_ = train_sigmas
     if _TRAIN_KEYS in tensors:  # whose sigmas train_sigmas_ are, for a later partial_fit
         train_keys, train_sigmas = _array(tensors, _TRAIN_KEYS, source), getattr(estimator, "train_sigmas_", None)
