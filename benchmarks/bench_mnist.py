@@ -387,17 +387,35 @@ def run_row(name, sigma, splits, settings, out):
     prediction, radius, details = clf.certify(X, return_details=True, checkpoint=out / f"{row_stem}.ckpt",
                                               checkpoint_every=20)
     correct = prediction == y
-    own = certified_radius(details.sigma, details.p_lower)
     result = {"row": name, "sigma": sigma, "acr": average_certified_radius(y, prediction, radius),
               "curve": certified_accuracy_curve(y, prediction, radius, RADII).tolist(),
               "train_seconds": train_seconds, "certify_seconds_per_image": (time.perf_counter() - start) / len(X),
               "samples_per_image": float(np.mean(details.n_samples + details.sigma_samples)),
               "guarantee": details.guarantee,
-              "r1_capped": float(np.mean((details.radius_cap < own)[correct])) if correct.any() else 0.0,
+              "r1_capped": r1_capped(details, correct),
               "sigma_per_image": details.sigma.tolist(),
               "prediction": prediction.tolist(), "radius": radius.tolist()}
     result_path.write_text(json.dumps(result))
     return result
+
+
+def r1_capped(details, correct):
+    """The share of the correctly classified images whose radius the selector's own radius R1 caps.
+
+    Parameters
+    ----------
+    details : smoothsk.certificates.Certificates
+        ``certify``'s details: each image's ``sigma``, ``p_lower`` and ``radius_cap``.
+    correct : ndarray of bool, shape (n_images,)
+        Whether each image's prediction is its label.
+
+    Returns
+    -------
+    float
+        0.0 where no image is correct.
+    """
+    own = certified_radius(details.sigma, details.p_lower)
+    return float(np.mean((details.radius_cap < own)[correct])) if correct.any() else 0.0
 
 
 def oracle(results, y):

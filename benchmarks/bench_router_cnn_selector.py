@@ -36,11 +36,10 @@ from smoothsk.experts import NoiseLevelExperts
 from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import CertifiedSigmaSelector
-from smoothsk.statistics import certified_radius
 from smoothsk.training import Pretrained
 
 from _common import markdown_table, quick_parser
-from bench_mnist import PUBLISHED_N, RADII, SIGMAS, trained
+from bench_mnist import PUBLISHED_N, RADII, SIGMAS, r1_capped, trained
 
 #: The selector's noise, epochs, and Adam's rate and batch size.
 SELECTOR_SIGMA, EPOCHS, LR, BATCH_SIZE = 1.0, 40, 1e-3, 128
@@ -88,26 +87,27 @@ def main():
     clf = router(experts, n, epochs)
     stem = f"router-cnn-selector-n{n}" + ("-quick" if args.quick else "")
     weights = out / f"{stem}-selector.safetensors"
-    if weights.exists():  # an earlier run's selector, used as it is
+    fitted_before = weights.exists()
+    if fitted_before:  # an earlier run's selector, used as it is
         selector = SelectorCNN()
         selector.load_state_dict(load_file(weights))
         clf.set_params(sigma_search__selector=selector, sigma_search__fit_selector=False)
     clf.fit(splits.X_validation[:fit_images], splits.y_validation[:fit_images])
-    save_file({key: value.contiguous() for key, value in clf.sigma_search_.selector_module_.state_dict().items()},
-              weights)
+    if not fitted_before:
+        save_file({key: value.contiguous() for key, value in clf.sigma_search_.selector_module_.state_dict().items()},
+                  weights)
 
     X, y = splits.X_certify[:images], splits.y_certify[:images]
     prediction, radius, details = clf.certify(X, return_details=True, checkpoint=out / f"{stem}-i{images}.ckpt",
                                               checkpoint_every=20)
-    correct = prediction == y
-    r1_capped = np.mean((details.radius_cap < certified_radius(details.sigma, details.p_lower))[correct])
     routed = " / ".join(f"{np.sum(np.isclose(details.sigma, sigma))}" for sigma in SIGMAS)
     print(f"{images} images at n = {n:,}; guarantee: {details.guarantee}\n")
     markdown_table(["ACR", *(f"r = {r:g}" for r in RADII), "R1 caps", "samples per image",
                     "images routed to " + " / ".join(f"{s:g}" for s in SIGMAS)],
                    [[f"{average_certified_radius(y, prediction, radius):.3f}",
                      *(f"{v:.3f}" for v in certified_accuracy_curve(y, prediction, radius, RADII)),
-                     f"{r1_capped:.0%}", f"{np.mean(details.n_samples + details.sigma_samples):,.0f}", routed]])
+                     f"{r1_capped(details, prediction == y):.0%}",
+                     f"{np.mean(details.n_samples + details.sigma_samples):,.0f}", routed]])
 
 
 if __name__ == "__main__":
