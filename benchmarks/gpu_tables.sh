@@ -8,7 +8,8 @@
 #   benchmarks/gpu_tables.sh             on the GPU machine, with .gpu/ carried beside the working tree
 #   benchmarks/gpu_tables.sh --dry-run   two rows at toy size on the CPU (tests/test_gpu_check.py)
 #
-# Each row is a process of its own, at most $PARALLEL at once: one LeNet keeps a GPU only partly busy
+# ROWS names the processes: each a row, or a comma-separated group of rows run in that order in one
+# process (experts, then their router); at most $PARALLEL at once: one LeNet keeps a GPU only partly busy
 # (on an H200, fourteen at once trained SmoothAdv in about 460 s and left no time to certify). All a
 # row writes (model, certificates, checkpoint, log) lands in one archive, $OUT/tables.tar.gz, also where
 # the time limit stopped it, because the machine gives back few files. Unpacked into $KIT/tables (tar -xzf
@@ -57,9 +58,13 @@ SUMMARY=$OUT/summary.md
 echo "# gpu_tables $(date -u +%Y-%m-%dT%H:%MZ), mode $MODE, $(($(date +%s) - start)) s" >"$SUMMARY"
 missing=0
 for name in $ROWS; do
-    line=$(grep -h "^| ${name%-*} | ${name##*-} |" "$WORK/tables/$name.log")
-    echo "${line:-| $name | not finished: see tables/$name.log |}" >>"$SUMMARY"
-    [ -n "$line" ] || missing=$((missing + 1))
+    # A process's table rows: one per row it was given (a comma-separated group prints one each).
+    lines=$(grep -h '^| [a-z]' "$WORK/tables/$name.log" | grep -v '^| row |')
+    [ -n "$lines" ] && echo "$lines" >>"$SUMMARY"
+    if [ "$(grep -c . <<<"$lines")" != "$(tr ',' '\n' <<<"$name" | grep -c .)" ]; then
+        echo "| $name | not finished: see tables/$name.log |" >>"$SUMMARY"
+        missing=$((missing + 1))
+    fi
 done
 tar -czf "$OUT/tables.tar.gz" -C "$WORK" tables
 cat "$SUMMARY"
