@@ -13,13 +13,12 @@ import pytest
 
 from tests.reference import cases
 
+RECORDED = json.loads(cases.PATH.read_text())  # CPU kernel family -> case -> values
+
 
 @pytest.fixture(scope="module")
 def computed():
     return cases.compute()
-
-
-RECORDED = json.loads(cases.PATH.read_text())  # CPU kernel family -> case -> values
 
 
 @pytest.fixture(scope="module")

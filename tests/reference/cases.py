@@ -51,6 +51,7 @@ def platform():
     """The CPU kernel family the values are computed with: torch's capability, e.g. "AVX2" or "AVX512"."""
     return torch.backends.cpu.get_cpu_capability()
 
+
 SCHEDULES = {
     "fixed": FixedSigmaTraining(0.25),
     "pfat": PretrainFinetune(0.12, 0.5, pretrain_epochs=3, finetune_epochs=3,
@@ -131,7 +132,7 @@ def _compute():
 
 
 if __name__ == "__main__":
-    by_platform = {**json.loads(PATH.read_text()), platform(): compute()} if PATH.exists() else {platform(): compute()}
+    by_platform = {**(json.loads(PATH.read_text()) if PATH.exists() else {}), platform(): compute()}
     blocks = []
     for name in sorted(by_platform):
         cases = by_platform[name]
