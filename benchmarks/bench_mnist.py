@@ -78,6 +78,7 @@ from smoothsk.metrics import average_certified_radius, certified_accuracy_curve
 from smoothsk.regions import MemoryAllocator, OnlineBallAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import CertifiedSigmaSelector, FixedSigma, GradientSigmaSearch, GridSigmaSearch, MultiStartFGSS
+from smoothsk.sigma._selector import SELECTOR_NOISE_PER_LEVEL
 from smoothsk.statistics import certified_radius
 from smoothsk.training import (
     Consistency,
@@ -280,17 +281,26 @@ def selector_params(settings):
     Returns
     -------
     fit_params : dict
-        The given parameters a fit depends on.
+        The parameters a fit depends on: the given ones, and the selector's
+        noise always (given, or the default's value over these levels), so
+        that a file fitted under another default is never read back as the
+        default's.
     certify_params : dict
         Every parameter that needs no refit, given or default, so that a
         router read back certifies with this run's values.
     """
-    pairs = (item.split("=") for item in settings.get("selector", "").split(",") if item)
-    given = {key: float(value) if "." in value else int(value) for key, value in pairs}
+    given = given_selector_params(settings)
     refit_free = CertifiedSigmaSelector._refit_free_parameters
     defaults = CertifiedSigmaSelector().get_params()
-    return ({key: value for key, value in given.items() if key not in refit_free},
+    return ({"selector_sigma": SELECTOR_NOISE_PER_LEVEL * max(SIGMAS),
+             **{key: value for key, value in given.items() if key not in refit_free}},
             {key: given.get(key, defaults[key]) for key in refit_free})
+
+
+def given_selector_params(settings):
+    """``--selector``'s parameters as a dict (``name=number,...``; empty for none)."""
+    pairs = (item.split("=") for item in settings.get("selector", "").split(",") if item)
+    return {key: float(value) if "." in value else int(value) for key, value in pairs}
 
 
 def params_tag(params):
@@ -299,8 +309,9 @@ def params_tag(params):
 
 
 def selector_tag(settings):
-    """The router rows' file-name suffix for ``--selector`` and ``--router-fit-n`` ("" for neither)."""
-    text = "-" + settings["selector"].replace("=", "").replace(",", "-") if "selector" in settings else ""
+    """The router rows' file-name suffix: the selector's fit parameters (its noise always), the other
+    ``--selector`` parameters, and ``--router-fit-n``."""
+    text = params_tag({**selector_params(settings)[0], **given_selector_params(settings)})
     text += f"-fit{settings['router_fit_n']}" if "router_fit_n" in settings else ""
     return text + split_tag(settings)
 
