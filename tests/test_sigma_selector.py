@@ -269,7 +269,7 @@ class TestFit:
 
     @pytest.mark.parametrize(("selector_sigma", "expert"), [(None, 2), (0.3, 0), (0.6, 1)])
     def test_the_selector_starts_from_the_expert_nearest_its_noise(self, selector_sigma, expert):
-        # Levels 0.25, 0.5, 1.0. The default noise (0.75 x the largest level) is as near 0.5 as 1.0: the larger.
+        # Levels 0.25, 0.5, 1.0. The default noise is the largest level: its expert.
         clf, X, y = untrained_experts(selector_epochs=0)
         clf.set_params(sigma_search__selector_sigma=selector_sigma).fit(X, y)
         selector = clf.sigma_search_.selector_module_.layers
@@ -374,10 +374,10 @@ class TestFit:
                                            lr=0.05, batch_size=64, certify_batch_size=1000).fit(X, y)
         return clf.sigma_search_, X
 
-    def test_selector_sigma_none_is_three_quarters_of_the_largest_level(self):
-        # levels (0.25, 0.5, 2.0): None must train and certify exactly as selector_sigma=1.5 does.
+    def test_selector_sigma_none_is_the_largest_level(self):
+        # levels (0.25, 0.5, 2.0): None must train and certify exactly as selector_sigma=2.0 does.
         default, X = self.fit_selector_on_the_slab(selector_sigma=None)
-        explicit, _ = self.fit_selector_on_the_slab(selector_sigma=1.5)
+        explicit, _ = self.fit_selector_on_the_slab(selector_sigma=2.0)
         engine = MonteCarloEngine(SlabLogits(), 2, 1000, root_seed=0)
         X = torch.from_numpy(X[:50])
         a, b = default.certify_sigma(engine, X, 0.01), explicit.certify_sigma(engine, X, 0.01)
