@@ -96,6 +96,9 @@ from _common import quick_parser, timed
 from bench_certify import in_layout, per_input_loop
 
 SIGMAS = (0.25, 0.5, 1.0)
+#: The noise a selector with the defaults resolves to over these levels (and PFAT's 0.25-1.0): it names the files
+#: of every row fitted with it, so that none fitted under another default is read back as the default's.
+DEFAULT_SELECTOR_SIGMA = SELECTOR_NOISE_PER_LEVEL * max(SIGMAS)
 #: The networks ``--arch`` names, by ``smoothsk fit --module``'s names: LeNet (the default) and the published
 #: tables' CaffeLeNet (Jeong and Shin's released code).
 ARCHITECTURES = {name: MODULES[name] for name in ("lenet", "caffe-lenet")}
@@ -225,6 +228,8 @@ def stem(name, sigma, splits, settings, model=False):
     text += f"-e{settings['epochs']}" if model else f"-n{settings['n']}-e{settings['epochs']}-i{settings['images']}"
     if name.startswith("router"):
         text += selector_tag(settings)
+    elif name == "pfat-selector":  # its selector has the defaults: the noise they resolve to names its files
+        text += params_tag({"selector_sigma": DEFAULT_SELECTOR_SIGMA})
     if "optimizer" in settings:
         text += f"-{settings['optimizer']}-optimizer"
     text += arch_tag(settings)
@@ -292,7 +297,7 @@ def selector_params(settings):
     given = given_selector_params(settings)
     refit_free = CertifiedSigmaSelector._refit_free_parameters
     defaults = CertifiedSigmaSelector().get_params()
-    return ({"selector_sigma": SELECTOR_NOISE_PER_LEVEL * max(SIGMAS),
+    return ({"selector_sigma": DEFAULT_SELECTOR_SIGMA,
              **{key: value for key, value in given.items() if key not in refit_free}},
             {key: given.get(key, defaults[key]) for key in refit_free})
 
@@ -334,7 +339,8 @@ def pfat_selector(splits, settings, out):
     training = PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=settings["epochs"] - half,
                                 finetune_lr=0.005, objective=GaussianNoise(2),
                                 assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=100))
-    return fitted(out / f"pfat-selector-e{settings['epochs']}{arch_tag(settings)}.safetensors",
+    noise = params_tag({"selector_sigma": DEFAULT_SELECTOR_SIGMA})
+    return fitted(out / f"pfat-selector-e{settings['epochs']}{noise}{arch_tag(settings)}.safetensors",
                   SampleWiseSmoothedClassifier(network(settings), training=training,
                                                sigma_search=CertifiedSigmaSelector(), max_epochs=settings["epochs"],
                                                **estimator_settings(settings)), splits, settings)

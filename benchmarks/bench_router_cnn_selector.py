@@ -2,7 +2,7 @@
 
 ``bench_mnist.py --rows router-gaussian`` routes the three Gaussian LeNets
 with the selector's defaults: a LeNet started from the sigma-1.0 expert,
-noise 0.75, the estimator's SGD, fitted on the experts' own training split.
+noise 1.0 (0.75 before 2026-11-30), the estimator's SGD, fitted on the experts' own training split.
 This script certifies the same experts (``bench_mnist.py``'s models, read
 from ``--out``, or trained there first as it would) behind a
 ``CertifiedSigmaSelector`` whose selector is :class:`SelectorCNN` (three
