@@ -67,7 +67,7 @@ def _probe(module, X, n_levels):
 #: n = 10,000 votes on one level, ``R1 <= noise * 3.08`` (``alpha_share=0.1``, alpha = 0.001), which at 0.75 was
 #: 2.31 on real MNIST, below what the sigma-1.0 experts certify (up to 3.8). Measured there at n = 100,000
 #: (docs/mnist.md, routers over three LeNet experts, each against 0.75 over the same experts): 1.0 gives +4.2%
-#: ACR over SmoothAdv + Consistency experts, +1.8% over SmoothAdv experts and -0.3% over Gaussian experts
+#: ACR over SmoothAdv + Consistency experts, +1.8% over SmoothAdv experts and -0.1% over Gaussian experts
 #: (within one fit's spread); 1.5 lost to both over SmoothAdv + Consistency experts (first 80 images). On the
 #: synthetic task of ``benchmarks/bench_selector_configurations.py`` 1.0 and 0.75 certify the same (1.29x /
 #: 1.28x the best fixed sigma). Past the ceiling, a noisier selector blurs the structure that decides the level.
