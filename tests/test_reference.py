@@ -30,7 +30,6 @@ def recorded():
     return RECORDED[cases.platform()]
 
 
-
 def test_reference_cases_are_the_recorded_ones(computed):
     assert sorted(computed) == RECORDED_CASES
 
