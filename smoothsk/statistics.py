@@ -25,6 +25,9 @@ __all__ = [
     "soft_margin",
     "binomial_abstains",
     "top_two_test",
+    "votes_reaching",
+    "quantile_class",
+    "quantile_test",
 ]
 
 
@@ -351,3 +354,109 @@ def top_two_test(counts, alpha):
     order = np.argsort(-counts, axis=1, kind="stable")
     rows = np.arange(len(counts))
     return order[:, 0], binomial_abstains(counts[rows, order[:, 0]], counts[rows, order[:, 1]], alpha)
+
+
+def votes_reaching(counts):
+    """Votes on each of ordered classes or a later one.
+
+    Parameters
+    ----------
+    counts : array-like of int, shape (n_inputs, n_classes)
+        Votes per class, the classes in their order (e.g. increasing noise levels).
+
+    Returns
+    -------
+    ndarray of int, shape (n_inputs, n_classes)
+        Column ``k`` is ``counts[:, k:].sum(axis=1)``; column 0 is every vote.
+
+    Examples
+    --------
+    >>> votes_reaching([[5, 3, 2]]).tolist()
+    [[10, 5, 2]]
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    return counts[:, ::-1].cumsum(axis=1)[:, ::-1]
+
+
+def quantile_class(counts, threshold):
+    """The largest of ordered classes that at least a fraction ``threshold`` of the votes reach.
+
+    Class ``k`` is reached by the votes on ``k`` or a later class; the
+    result is the largest ``k`` with :func:`votes_reaching` ``>= threshold *
+    n``, the ``(1 - threshold)``-quantile of the votes (the median for 1/2).
+
+    Parameters
+    ----------
+    counts : array-like of int, shape (n_inputs, n_classes)
+        Votes per class, the classes in their order; each row sums to ``n > 0``.
+    threshold : float
+        In (0, 1).
+
+    Returns
+    -------
+    ndarray of int, shape (n_inputs,)
+
+    Examples
+    --------
+    >>> [quantile_class([[60, 30, 10]], threshold).item() for threshold in (0.5, 0.3, 0.1)]
+    [0, 1, 2]
+    """
+    reaching = votes_reaching(counts)
+    # Columns never increase, so the classes reached are 0 .. k: count them.
+    return np.count_nonzero(reaching >= threshold * reaching[:, :1], axis=1) - 1
+
+
+def quantile_test(counts, threshold, alpha):
+    """The :func:`quantile_class` of vote counts, and where it is not significant (a PREDICT for ordered classes).
+
+    The smoothed class is ``k* = max{k : S_k >= threshold}``, ``S_k`` the
+    probability that a vote reaches class ``k``. With ``k`` the votes'
+    class, the test keeps it where both one-sided binomial tests reject at
+    ``alpha / 2``: ``S_k < threshold`` (``P(Bin(n, threshold) >= reaching_k)``;
+    not for ``k = 0``, where ``S_0 = 1``) and ``S_{k+1} >= threshold``
+    (``P(Bin(n, threshold) <= reaching_{k+1})``; not for the last class).
+
+    **Proof** that a kept class is ``k*`` except with probability at most
+    ``alpha``. ``S_k`` never increases with ``k``, nor do the counts
+    reaching it. If ``k > k*``, then ``S_{k*+1} < threshold`` and
+    ``reaching_{k*+1} >= reaching_k``, so keeping ``k`` means the first test
+    rejected at the fixed class ``k* + 1``, where its null holds: probability
+    at most ``alpha / 2``. If ``k < k*``, then ``S_{k*} >= threshold`` and
+    ``reaching_{k*} <= reaching_{k+1}``, so the second test rejected at the
+    fixed class ``k*``: at most ``alpha / 2``.
+
+    Parameters
+    ----------
+    counts : array-like of int, shape (n_inputs, n_classes)
+        Votes per class, the classes in their order; each row sums to ``n > 0``.
+    threshold : float
+        In (0, 1).
+    alpha : float
+        Probability of keeping a class other than ``k*``.
+
+    Returns
+    -------
+    chosen : ndarray of int, shape (n_inputs,)
+        :func:`quantile_class` of each row.
+    abstain : ndarray of bool, shape (n_inputs,)
+        Where either test does not reject.
+
+    Examples
+    --------
+    >>> chosen, abstain = quantile_test([[100, 500, 400], [900, 50, 50]], 0.3, 0.001)
+    >>> chosen.tolist(), abstain.tolist()
+    ([2, 0], [False, False])
+    >>> quantile_test([[100, 600, 300]], 0.3, 0.001)[1].tolist()
+    [True]
+    """
+    check_probability(alpha, "alpha")
+    reaching = votes_reaching(counts)
+    n_inputs, n_classes = reaching.shape
+    chosen = quantile_class(counts, threshold)
+    total = reaching[:, 0]
+    rows = np.arange(n_inputs)
+    # Past either end the test has nothing to reject: a p-value of 0.
+    above = np.where(chosen > 0, stats.binom.sf(reaching[rows, chosen] - 1, total, threshold), 0.0)
+    following = np.minimum(chosen + 1, n_classes - 1)
+    below = np.where(chosen < n_classes - 1, stats.binom.cdf(reaching[rows, following], total, threshold), 0.0)
+    return chosen, np.maximum(above, below) > alpha / 2

@@ -12,6 +12,7 @@ from smoothsk.statistics import (
     clopper_pearson_interval,
     clopper_pearson_lower,
     gaussian_radius,
+    quantile_test,
     soft_margin,
     top_class_radius,
     top_two_test,
@@ -263,6 +264,29 @@ class TestTopTwoTest:
     def test_a_tie_for_the_top_takes_the_first_class_and_abstains(self):
         top, abstain = top_two_test([[0, 70, 70], [70, 0, 70]], 0.5)
         assert top.tolist() == [1, 0] and abstain.tolist() == [True, True]
+
+
+class TestQuantileTest:
+    @pytest.mark.parametrize(("probabilities", "smoothed"), [
+        ((0.5, 0.21, 0.29), 1),  # S_2 = 0.29, just below the threshold 0.3
+        ((0.69, 0.0, 0.31), 2),  # S_2 = 0.31, just above
+        ((0.71, 0.2, 0.09), 0),  # S_1 = 0.29, just below
+    ])
+    def test_it_keeps_a_class_other_than_the_smoothed_one_with_probability_at_most_alpha(self, probabilities,
+                                                                                           smoothed):
+        # Rows of n = 1,000 votes, threshold 0.3, alpha 0.1. The votes' own class is wrong in about a quarter
+        # of the rows, so a test that keeps too much fails the check.
+        alpha, rows = 0.1, 4000
+        counts = np.random.default_rng(6).multinomial(1000, probabilities, size=rows)
+        chosen, abstain = quantile_test(counts, 0.3, alpha)
+        assert np.mean(chosen != smoothed) > 2 * alpha
+        assert np.mean(~abstain) > 0.05
+        wrong = np.sum(~abstain & (chosen != smoothed))
+        assert wrong <= stats.binom.ppf(1 - 1e-6, rows, alpha)
+
+    def test_far_from_the_threshold_it_keeps_the_class(self):
+        chosen, abstain = quantile_test([[900, 60, 40], [100, 800, 100], [100, 300, 600]], 0.3, 0.001)
+        assert chosen.tolist() == [0, 1, 2] and not abstain.any()
 
 
 class TestInvalidArguments:
