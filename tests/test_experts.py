@@ -354,6 +354,37 @@ class TestThreeLevels:
         assert np.mean(radius / exact) > 0.6
 
 
+class TestThreeLevelsByThreshold:
+    """:class:`TestThreeLevels`'s model, its level chosen by ``level_threshold`` instead of the argmax.
+
+    The selector takes level 0 exactly where fewer than ``t`` of its votes
+    reach level 1 or 2: ``P_1 + P_2 < t``, i.e. ``P_0 > 1 - t``, for ``x'_0 <
+    t0`` with ``P_0(t0) = 1 - t``. A certificate of class 1 at ``x`` holds
+    exactly when its radius is at most ``x_0 - t0``. The inputs straddle
+    ``P_2 = t``, where the selector hesitates between levels 1 and 2.
+    """
+
+    A, B, S, T = 0.0, 1.0, 0.5, 0.3
+
+    def test_certificates_hold_and_come_close_to_the_exact_radius(self):
+        t0 = self.A - self.S * stats.norm.ppf(1.0 - self.T)
+        t12 = self.B + self.S * stats.norm.ppf(self.T)
+        rng = np.random.default_rng(4)
+        X = np.stack([rng.uniform(t12 - 0.3, t12 + 0.6, 200), rng.uniform(-2, 2, 200)], axis=1).astype(np.float32)
+        experts = NoiseLevelExperts((0.25, 0.5, 1.0), [LinearLogits((0.0, 0.0), -1.0), LinearLogits((0.0, 0.0), 1.0),
+                                                       LinearLogits((0.0, 0.0), 1.0)])
+        selector = CertifiedSigmaSelector(selector=OrderedLevelLogits(self.A, self.B), fit_selector=False,
+                                          selector_sigma=self.S, n=1000, n0=50, level_threshold=self.T)
+        clf = SampleWiseSmoothedClassifier(experts, training=Pretrained(), sigma_search=selector,
+                                           sampler=FixedSampler(n=1000, n0=50), alpha=ALPHA, max_epochs=0,
+                                           random_state=0).fit(np.zeros((2, 2), dtype=np.float32), [0, 1])
+        prediction, radius = clf.certify(X)
+        exact = X[:, 0] - t0
+        assert np.all(prediction == 1)
+        assert np.sum(radius > exact) <= binomial_bound(len(radius), ALPHA)
+        assert np.mean(radius / exact) > 0.6
+
+
 class TestLevelsWorthSampling:
     def test_a_skipped_level_never_changes_a_radius_whatever_its_certificate(self):
         # The widened radius min(R_k, min_j max(R_j, rho_j)) over the other levels, for any outcome 0 <= R_j <=

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import pytest
 import torch
-from scipy import optimize
+from scipy import optimize, stats
 from sklearn.exceptions import NotFittedError
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
@@ -49,16 +49,26 @@ def slab_half_width(sigma, half_width=1.0):
     return optimize.brentq(lambda b: slab_probability(b, sigma, half_width) - 0.5, 0.0, half_width + 10 * sigma)
 
 
-def g_disagrees_on_disc(centre, radius, label, levels=LEVELS):
+def selector_boundary(level_threshold):
+    """``x1`` where :func:`exact_selector`'s smoothed selector switches from ``levels[0]`` to ``levels[1]``.
+
+    It picks ``levels[1]`` with probability ``Phi(x1 / SELECTOR_SIGMA)``: the
+    argmax (None) where that exceeds 1/2, the rule ``level_threshold = t``
+    where it reaches ``t``.
+    """
+    return 0.0 if level_threshold is None else SELECTOR_SIGMA * stats.norm.ppf(level_threshold)
+
+
+def g_disagrees_on_disc(centre, radius, label, levels=LEVELS, boundary=0.0):
     """Whether ``G(x') != label`` for some ``x'`` of the open disc ``B(centre, radius)`` (its centre if 0).
 
-    ``sigma(x') = levels[1]`` where ``x1' > 0``, else ``levels[0]``; at level
-    ``s``, ``G(x') = 1`` exactly where ``|x0'| < b(s)``. The disc meets the
-    half-plane of a level in an open strip of ``x0'`` of half-width
-    ``sqrt(r^2 - d^2)`` (``d``: the distance from the centre to the
-    half-plane), where G must be ``label`` throughout.
+    ``sigma(x') = levels[1]`` where ``x1' > boundary``, else ``levels[0]``;
+    at level ``s``, ``G(x') = 1`` exactly where ``|x0'| < b(s)``. The disc
+    meets the half-plane of a level in an open strip of ``x0'`` of
+    half-width ``sqrt(r^2 - d^2)`` (``d``: the distance from the centre to
+    the half-plane), where G must be ``label`` throughout.
     """
-    x0, x1 = float(centre[0]), float(centre[1])
+    x0, x1 = float(centre[0]), float(centre[1]) - boundary
     if radius == 0:
         return (abs(x0) < slab_half_width(levels[int(x1 > 0)])) != (label == 1)
     for level, distance in ((levels[0], max(x1, 0.0)), (levels[1], max(-x1, 0.0))):
@@ -125,19 +135,31 @@ class SevenInputs(torch.nn.Module):
 
 
 class TestSoundnessForG:
+    @pytest.mark.parametrize("level_threshold", [None, 0.3])
     @pytest.mark.parametrize("reachable", [True, False])
-    def test_certificates_of_g_hold_on_their_discs(self, reachable):
+    def test_certificates_of_g_hold_on_their_discs(self, reachable, level_threshold):
         alpha = 0.05
         X = disc_inputs(300)
-        prediction, radius, details = slab_classifier(exact_selector(certify_reachable_levels=reachable)).certify(
-            X, return_details=True)
+        selector = exact_selector(certify_reachable_levels=reachable, level_threshold=level_threshold)
+        prediction, radius, details = slab_classifier(selector).certify(X, return_details=True)
         assert details.guarantee.startswith("G (sample-wise classifier)")
         certified = np.flatnonzero(prediction != ABSTAIN)
         assert len(certified) > 250 and (radius[certified] > 0).mean() > 0.8  # the test has something to check
-        failures = sum(g_disagrees_on_disc(X[i], radius[i], prediction[i]) for i in certified)
+        boundary = selector_boundary(level_threshold)
+        failures = sum(g_disagrees_on_disc(X[i], radius[i], prediction[i], boundary=boundary) for i in certified)
         assert failures <= binomial_bound(len(certified), alpha)
         if not reachable:  # the plain certificate: R1 caps every radius
             assert np.all(radius <= details.radius_cap)
+
+    def test_the_argmax_boundary_fails_for_a_threshold_rule(self):
+        # The check has power against the rule it assumes: the threshold rule's certificates, checked as if the
+        # selector switched where the argmax does, fail (inputs with 0 < x1 < its true boundary's offset).
+        alpha = 0.05
+        X = disc_inputs(300)
+        prediction, radius = slab_classifier(exact_selector(level_threshold=0.05)).certify(X)
+        certified = np.flatnonzero(prediction != ABSTAIN)
+        failures = sum(g_disagrees_on_disc(X[i], radius[i], prediction[i]) for i in certified)
+        assert failures > binomial_bound(len(certified), alpha)
 
     def test_own_sigma_certificates_fail_for_g(self):
         # Today's NoRegions at each input's own (exact) sigma: sound for g(., sigma(x)), not for G.
@@ -148,13 +170,15 @@ class TestSoundnessForG:
         failures = sum(g_disagrees_on_disc(X[i], radius[i], prediction[i]) for i in certified)
         assert failures > binomial_bound(len(certified), alpha)
 
-    def test_predict_is_g_except_with_probability_alpha(self):
+    @pytest.mark.parametrize("level_threshold", [None, 0.3])
+    def test_predict_is_g_except_with_probability_alpha(self, level_threshold):
         alpha = 0.05
         X = disc_inputs(300, seed=1)
-        prediction = slab_classifier(exact_selector()).predict(X)
+        prediction = slab_classifier(exact_selector(level_threshold=level_threshold)).predict(X)
         answered = np.flatnonzero(prediction != ABSTAIN)
         assert len(answered) > 250
-        wrong = sum(g_disagrees_on_disc(X[i], 0.0, prediction[i]) for i in answered)
+        boundary = selector_boundary(level_threshold)
+        wrong = sum(g_disagrees_on_disc(X[i], 0.0, prediction[i], boundary=boundary) for i in answered)
         assert wrong <= binomial_bound(len(answered), alpha)
 
 
@@ -224,9 +248,11 @@ class TestAlphaSplit:
 
 
 class TestStateless:
-    def test_certificates_do_not_depend_on_order_subsets_chunks_or_jobs(self, tmp_path):
+    @pytest.mark.parametrize("level_threshold", [None, 0.3])
+    def test_certificates_do_not_depend_on_order_subsets_chunks_or_jobs(self, tmp_path, level_threshold):
         X = disc_inputs(40, seed=2)
-        clf = slab_classifier(exact_selector(thresholds=(-0.3, 0.3), levels=(0.25, 0.5, 1.0), n=300), n=300)
+        clf = slab_classifier(exact_selector(thresholds=(-0.3, 0.3), levels=(0.25, 0.5, 1.0), n=300,
+                                             level_threshold=level_threshold), n=300)
         reference = clf.certify(X, return_details=True)
         reversed_ = clf.certify(X[::-1], return_details=True)
         subset = clf.certify(X[5:17], return_details=True)

@@ -23,7 +23,14 @@ from ..certificates import ABSTAIN
 from ..models import FlatMLP
 from ..objectives import Consistency
 from ..sampling import FixedSampler
-from ..statistics import certified_radius, clopper_pearson_lower, top_two_test
+from ..statistics import (
+    certified_radius,
+    clopper_pearson_lower,
+    quantile_class,
+    quantile_test,
+    top_two_test,
+    votes_reaching,
+)
 from ._base import BaseCertifiedSigma, CertifiedSigmaResult
 from ._fit_context import SigmaFitContext
 from ._selector_training import start_from_classifier, train_selector, training_targets
@@ -81,7 +88,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     Smoothed with Gaussian noise of ``selector_sigma``, it defines the sigma
     function ``sigma(x) = levels[k(x)]``, ``k(x) = argmax_k P(selector(x + e)
     = k)``, ``e ~ N(0, selector_sigma^2 I)``: a smoothed classifier over
-    levels, so Cohen et al.'s CERTIFY certifies it constant on a ball. The
+    levels, so Cohen et al.'s CERTIFY certifies it constant on a ball (with
+    ``level_threshold``, ``k(x)`` is instead the largest level that a given
+    fraction of the votes reach, certified the same way). The
     estimator then certifies the classifier at that level (Sun, Mao and
     Vechev's Dual Randomized Smoothing; see
     :class:`~smoothsk.sigma.BaseCertifiedSigma` for how the estimator composes
@@ -290,6 +299,27 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         scored at n = 100,000 (1.436 against 1.441). On the synthetic task of
         ``benchmarks/bench_selector_configurations.py`` (one PFAT model)
         both certify 1.28-1.29x the best fixed sigma.
+    level_threshold : float in (0, 1) or None, default=None
+        How the smoothed selector's votes name the level. None: the level
+        with the most votes (the argmax above, Dual RS's rule). A float
+        ``t``: the largest level that at least a fraction ``t`` of the
+        votes reach, on it or on a larger level: ``k(x) = max{k :
+        P(selector(x + e) picks a level >= levels[k]) >= t}``
+        (:func:`~smoothsk.statistics.quantile_class`; the median level for
+        1/2). A threshold below 1/2 moves each boundary between two levels
+        towards the smaller one, so that where the selector takes the larger
+        level, whose certificates reach further, it stays there over a wider
+        ball: the radius within which it cannot fall to a smaller level is
+        ``selector_sigma * (PhiInv(L) - PhiInv(t))``, ``L`` the lower bound on
+        the votes reaching the chosen level, against about half the gap
+        between the two levels' ``PhiInv`` bounds for the argmax. Each of
+        the ``K - 1`` boundaries between levels is bounded once, on the side
+        the candidate level fixes, at ``alpha_share * alpha / (K - 1)``
+        (proof in ``_certify_quantile``); ``predict`` keeps the level where
+        one-sided binomial tests of both boundaries around it reject at
+        ``alpha_share * alpha / 2`` (:func:`~smoothsk.statistics.quantile_test`).
+        It defines the classifier ``G``; the selector's training does not
+        change, so it can be set after ``fit``.
 
     Attributes
     ----------
@@ -336,12 +366,15 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         "certify_reachable_levels": ["boolean"],
         "reachable_n": [SAMPLE_SIZE, None],
         "init_from_classifier": ["boolean"],
+        "level_threshold": [Interval(Real, 0, 1, closed="neither"), None],
     }
-    _refit_free_parameters = ("n", "n0", "alpha_share", "certify_reachable_levels", "reachable_n")
+    _refit_free_parameters = ("n", "n0", "alpha_share", "certify_reachable_levels", "reachable_n",
+                              "level_threshold")
 
     def __init__(self, levels=None, selector=None, fit_selector=True, selector_sigma=None, n=10_000, n0=100,
                  alpha_share=0.1, selector_epochs=None, target_neighbors=100, selector_objective=None,
-                 min_level_gain=0.02, certify_reachable_levels=True, reachable_n=20_000, init_from_classifier=True):
+                 min_level_gain=0.02, certify_reachable_levels=True, reachable_n=20_000, init_from_classifier=True,
+                 level_threshold=None):
         self.levels = levels
         self.selector = selector
         self.fit_selector = fit_selector
@@ -356,6 +389,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         self.certify_reachable_levels = certify_reachable_levels
         self.reachable_n = reachable_n
         self.init_from_classifier = init_from_classifier
+        self.level_threshold = level_threshold
 
     def _check_consistency(self):
         if self.levels is not None:
@@ -547,6 +581,8 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                                         np.full(n_inputs, np.inf), np.zeros(n_inputs, dtype=np.int64),
                                         np.zeros(n_inputs, dtype=bool))
         noise = np.full(n_inputs, self.selector_sigma_)
+        if self.level_threshold is not None:
+            return self._certify_quantile(selector, X, noise, alpha)
         if self.certify_reachable_levels:
             return self._certify_reachable(selector, X, noise, alpha)
         # Cohen et al.'s CERTIFY on the selector (levels as classes): the candidate level from n0 samples, its
@@ -600,6 +636,69 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
                                     np.full(len(X), self.n0 + self.n, dtype=np.int64), np.zeros(len(X), dtype=bool),
                                     reach, self.levels_.copy())
 
+    def _certify_quantile(self, selector, X, noise, alpha):
+        """The level ``level_threshold`` of the votes reach, and for every other level a radius it stays out of.
+
+        Levels in increasing order ``0 .. K - 1``; ``S_b(x)`` the smoothed
+        selector's probability of a level ``>= b`` (boundary ``b = 1 .. K -
+        1``), and ``k(x) = max{k : S_k(x) >= t}`` (``t = level_threshold``;
+        :func:`~smoothsk.statistics.quantile_class`). The candidate ``m``
+        comes from ``n0`` samples (stage ``CERTIFIED_SIGMA_SELECTION``); ``n``
+        fresh ones (``CERTIFIED_SIGMA_ESTIMATION``) bound each boundary once,
+        on the side ``m`` fixes: from below for ``b <= m``, from above for
+        ``b > m``, each at ``alpha / (K - 1)`` (union bound).
+
+        **Proof.** Each ``S_b`` is a smoothed probability (of the event
+        "level ``>= b``"), so ``PhiInv(S_b)`` is ``1 / s``-Lipschitz (Cohen
+        et al., Theorem 1 / Salman et al., Lemma 2; noise ``s``). Level ``j
+        < m`` needs ``S_{j+1}(x') < t``, but ``S_{j+1}(x') >= Phi(PhiInv(L_{j+1})
+        - r / s)``, so not within ``rho_j = s (PhiInv(L_{j+1}) - PhiInv(t))``;
+        level ``j > m`` needs ``S_j(x') >= t``, but ``S_j(x') <=
+        Phi(PhiInv(U_j) + r / s)``, so not within ``rho_j = s (PhiInv(t) -
+        PhiInv(U_j))`` (strictly inside each ball the inequality is strict).
+        Nothing needs ``m`` to be ``k(x)``: where a bound crosses ``t`` some
+        ``rho_j`` are 0, and those levels must certify the class at ``x``
+        too (``smoothsk._certification._widen_to_reachable_levels``), or,
+        with ``certify_reachable_levels=False``, the input abstains (its
+        ``R1 = min_j rho_j`` is 0).
+
+        A threshold below 1/2 moves the boundary between two levels towards
+        the smaller one, so that where the selector takes the larger level
+        it stays there over a wider ball: ``rho`` of the levels below is
+        ``s (PhiInv(L) - PhiInv(t))``, against half the gap between the two
+        levels' bounds for the argmax.
+        """
+        n_levels = len(self.levels_)
+        ascending = np.argsort(self.levels_, kind="stable")
+        selection = selector.class_counts(X, noise, self.n0, CERTIFIED_SIGMA_SELECTION)[:, ascending]
+        estimation = selector.class_counts(X, noise, self.n, CERTIFIED_SIGMA_ESTIMATION)[:, ascending]
+        chosen = quantile_class(selection, self.level_threshold)
+        reaching = votes_reaching(estimation)[:, 1:]  # boundaries b = 1 .. K - 1
+        bound_alpha = alpha / (n_levels - 1)
+        below = np.arange(1, n_levels)[None, :] <= chosen[:, None]  # b <= m: bounded from below
+        z = norm.ppf(np.where(below, clopper_pearson_lower(reaching, self.n, bound_alpha),
+                              1.0 - clopper_pearson_lower(self.n - reaching, self.n, bound_alpha)))
+        z_threshold = norm.ppf(self.level_threshold)
+        reach = np.zeros((len(X), n_levels))
+        reach[:, :-1] = np.where(below, noise[:, None] * (z - z_threshold), 0.0)  # j < m: boundary j + 1
+        reach[:, 1:] += np.where(below, 0.0, noise[:, None] * (z_threshold - z))  # j > m: boundary j
+        reach = np.maximum(reach, 0.0)
+        rows = np.arange(len(X))
+        reach[rows, chosen] = 0.0
+        others = np.ones_like(reach, dtype=bool)
+        others[rows, chosen] = False
+        radius_cap = reach[others].reshape(len(X), n_levels - 1).min(axis=1)
+        in_order = np.empty_like(reach)
+        in_order[:, ascending] = reach
+        sigma = self.levels_[ascending[chosen]]
+        n_samples = np.full(len(X), self.n0 + self.n, dtype=np.int64)
+        if not self.certify_reachable_levels:
+            # The plain certificate: the level is constant on B(x, R1), R1 = min_j rho_j; 0 (unsure at x) abstains.
+            return CertifiedSigmaResult(sigma, np.zeros(len(X), dtype=np.int64), radius_cap, n_samples,
+                                        radius_cap <= 0)
+        return CertifiedSigmaResult(sigma, np.zeros(len(X), dtype=np.int64), radius_cap, n_samples,
+                                    np.zeros(len(X), dtype=bool), in_order, self.levels_.copy())
+
     def predict_sigma(self, engine, X, alpha):
         self.validate()
         selector = self._selector_engine(engine)
@@ -607,5 +706,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             return np.full(len(X), self.levels_[0]), np.zeros(len(X), dtype=bool)
         counts = selector.class_counts(X, np.full(len(X), self.selector_sigma_), self.n,
                                        CERTIFIED_SIGMA_PREDICTION)
-        top, abstain = top_two_test(counts, alpha)
-        return self.levels_[top], abstain
+        if self.level_threshold is None:
+            top, abstain = top_two_test(counts, alpha)
+            return self.levels_[top], abstain
+        ascending = np.argsort(self.levels_, kind="stable")
+        chosen, abstain = quantile_test(counts[:, ascending], self.level_threshold, alpha)
+        return self.levels_[ascending[chosen]], abstain
