@@ -99,6 +99,9 @@ SIGMAS = (0.25, 0.5, 1.0)
 #: The noise a selector with the defaults resolves to over these levels (and PFAT's 0.25-1.0): it names the files
 #: of every row fitted with it, so that none fitted under another default is read back as the default's.
 DEFAULT_SELECTOR_SIGMA = SELECTOR_NOISE_PER_LEVEL * max(SIGMAS)
+#: The default selector's rule (``level_threshold``): it names every certificate of such a selector, for the same
+#: reason (it needs no refit, so it names results, not model files).
+DEFAULT_LEVEL_THRESHOLD = CertifiedSigmaSelector().level_threshold
 #: The networks ``--arch`` names, by ``smoothsk fit --module``'s names: LeNet (the default) and the published
 #: tables' CaffeLeNet (Jeong and Shin's released code).
 ARCHITECTURES = {name: MODULES[name] for name in ("lenet", "caffe-lenet")}
@@ -228,8 +231,9 @@ def stem(name, sigma, splits, settings, model=False):
     text += f"-e{settings['epochs']}" if model else f"-n{settings['n']}-e{settings['epochs']}-i{settings['images']}"
     if name.startswith("router"):
         text += selector_tag(settings)
-    elif name == "pfat-selector":  # its selector has the defaults: the noise they resolve to names its files
-        text += params_tag({"selector_sigma": DEFAULT_SELECTOR_SIGMA})
+    elif name == "pfat-selector":  # its selector has the defaults: what they resolve to names its files
+        text += params_tag({"selector_sigma": DEFAULT_SELECTOR_SIGMA,
+                            **({} if model else {"level_threshold": DEFAULT_LEVEL_THRESHOLD})})
     if "optimizer" in settings:
         text += f"-{settings['optimizer']}-optimizer"
     text += arch_tag(settings)
@@ -315,8 +319,11 @@ def params_tag(params):
 
 def selector_tag(settings):
     """The router rows' file-name suffix: the selector's fit parameters (its noise always), the other
-    ``--selector`` parameters, and ``--router-fit-n``."""
-    text = params_tag({**selector_params(settings)[0], **given_selector_params(settings)})
+    ``--selector`` parameters, its ``level_threshold`` always (given or default), and ``--router-fit-n``."""
+    fit_params, certify_params = selector_params(settings)
+    named = {**fit_params, **given_selector_params(settings)}
+    named.pop("level_threshold", None)
+    text = params_tag({**named, "level_threshold": certify_params["level_threshold"]})
     text += f"-fit{settings['router_fit_n']}" if "router_fit_n" in settings else ""
     return text + split_tag(settings)
 
