@@ -155,7 +155,7 @@ def closed_form_classifier(n=300, reachable=False, expert_lines=EXPERT_LINES, re
     experts = NoiseLevelExperts(LEVELS, [LinearLogits(weight, bias) for weight, bias in expert_lines])
     selector = CertifiedSigmaSelector(selector=LinearLogits(*SELECTOR_LINE), fit_selector=False,
                                       selector_sigma=SELECTOR_SIGMA, n=n, n0=50, certify_reachable_levels=reachable,
-                                      reachable_n=reachable_n)
+                                      reachable_n=reachable_n, level_threshold=None)  # exact_g: the argmax
     params = {"training": Pretrained(), "sigma_search": selector, "sampler": FixedSampler(n=n, n0=50),
               "alpha": ALPHA, "max_epochs": 0, "random_state": 0, "certify_batch_size": 4000, **params}
     clf = SampleWiseSmoothedClassifier(experts, **params)
@@ -335,7 +335,7 @@ class TestThreeLevels:
         experts = NoiseLevelExperts((0.25, 0.5, 1.0), [LinearLogits((0.0, 0.0), -1.0), LinearLogits((0.0, 0.0), 1.0),
                                                        LinearLogits((0.0, 0.0), 1.0)])
         selector = CertifiedSigmaSelector(selector=OrderedLevelLogits(self.A, self.B), fit_selector=False,
-                                          selector_sigma=self.S, n=1000, n0=50)
+                                          selector_sigma=self.S, n=1000, n0=50, level_threshold=None)
         clf = SampleWiseSmoothedClassifier(experts, training=Pretrained(), sigma_search=selector,
                                            sampler=FixedSampler(n=1000, n0=50), alpha=ALPHA, max_epochs=0,
                                            random_state=0).fit(np.zeros((2, 2), dtype=np.float32), [0, 1])

@@ -115,7 +115,7 @@ class TestCertify:
         rng = np.random.default_rng(0)
         X_train = (10 * rng.normal(size=(200, 2))).astype(np.float32)
         selector = CertifiedSigmaSelector(levels=(0.25, 2.0), selector=LevelSelectorLogits((0.0,), axis=1),
-                                          fit_selector=False, selector_sigma=0.25, n=1000, n0=50)
+                                          fit_selector=False, selector_sigma=0.25, n=1000, n0=50, level_threshold=None)
         clf = SampleWiseSmoothedClassifier(SlabLogits, sigma_search=selector, alpha=0.05, max_epochs=0,
                                            training=FixedSigmaTraining(0.25), sampler=FixedSampler(n=1000, n0=50),
                                            random_state=0)

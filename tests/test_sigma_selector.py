@@ -94,9 +94,14 @@ def slab_classifier(sigma_search, allocator=None, alpha=0.05, n=2000, **params):
     return clf.fit(np.zeros((2, 2), dtype=np.float32), [0, 1])
 
 
-def exact_selector(thresholds=(0.0,), levels=LEVELS, n=2000, **params):
+def exact_selector(thresholds=(0.0,), levels=LEVELS, n=2000, level_threshold=None, **params):
+    """The selector ``LevelSelectorLogits`` over ``levels``, by the argmax unless ``level_threshold`` is given.
+
+    :func:`g_disagrees_on_disc` needs the level boundary the rule puts it at: :func:`selector_boundary`.
+    """
     return CertifiedSigmaSelector(levels=levels, selector=LevelSelectorLogits(thresholds, axis=1),
-                                  fit_selector=False, selector_sigma=SELECTOR_SIGMA, n=n, n0=100, **params)
+                                  fit_selector=False, selector_sigma=SELECTOR_SIGMA, n=n, n0=100,
+                                  level_threshold=level_threshold, **params)
 
 
 def disc_inputs(n_inputs, seed=0):
