@@ -241,10 +241,12 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         certify the classifier at each level the selector may switch to
         within ``R2``, and widen the radius to ``min(R2, min_j max(R_j,
         rho_j))``: ``rho_j`` the radius within which the selector cannot
-        switch to level ``j`` (from simultaneous bounds on every level's
-        smoothed probability: the chosen one's at ``alpha_share * alpha /
-        2``, each other's at ``alpha_share * alpha / (2 (K - 1))``; level
-        ``j`` must overtake the chosen one and reach ``1/K``), ``R_j``
+        switch to level ``j`` (with ``level_threshold``, from one bound per
+        boundary between levels, see that parameter; with the argmax, from
+        simultaneous bounds on every level's smoothed probability: the
+        chosen one's at ``alpha_share * alpha / 2``, each other's at
+        ``alpha_share * alpha / (2 (K - 1))``; level ``j`` must overtake the
+        chosen one and reach ``1/K``), ``R_j``
         level ``j``'s radius where it certifies the same class, else 0.
         An input whose selector is unsure at ``x`` itself is certified where
         every level it may take there certifies the class (radius > 0), and
