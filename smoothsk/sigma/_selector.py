@@ -638,14 +638,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         other_z = norm.ppf(other_upper)
         below_chosen = noise[:, None] * (norm.ppf(top_lower)[:, None] - other_z) / 2
         below_one_in_k = noise[:, None] * (norm.ppf(1.0 / n_levels) - other_z)
-        reach = np.maximum(np.maximum(below_chosen, below_one_in_k), 0.0)
-        reach[rows, chosen] = 0.0
-        others = np.ones_like(reach, dtype=bool)
-        others[rows, chosen] = False
-        radius_cap = reach[others].reshape(len(X), n_levels - 1).min(axis=1)
-        return CertifiedSigmaResult(self.levels_[chosen], np.zeros(len(X), dtype=np.int64), radius_cap,
-                                    np.full(len(X), self.n0 + self.n, dtype=np.int64), np.zeros(len(X), dtype=bool),
-                                    reach, self.levels_.copy())
+        return self._level_result(chosen, np.maximum(below_chosen, below_one_in_k))
 
     def _certify_quantile(self, selector, X, noise, alpha):
         """The level ``level_threshold`` of the votes reach, and for every other level a radius it stays out of.
@@ -680,7 +673,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         levels' bounds for the argmax.
         """
         n_levels = len(self.levels_)
-        ascending = np.argsort(self.levels_, kind="stable")
+        ascending = self._ascending_levels()
         selection = selector.class_counts(X, noise, self.n0, CERTIFIED_SIGMA_SELECTION)[:, ascending]
         estimation = selector.class_counts(X, noise, self.n, CERTIFIED_SIGMA_ESTIMATION)[:, ascending]
         chosen = quantile_class(selection, self.level_threshold)
@@ -693,22 +686,40 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         reach = np.zeros((len(X), n_levels))
         reach[:, :-1] = np.where(below, noise[:, None] * (z - z_threshold), 0.0)  # j < m: boundary j + 1
         reach[:, 1:] += np.where(below, 0.0, noise[:, None] * (z_threshold - z))  # j > m: boundary j
+        in_order = np.empty_like(reach)
+        in_order[:, ascending] = reach
+        return self._level_result(ascending[chosen], in_order)
+
+    def _level_result(self, chosen, reach):
+        """The certified level and its radius from every other level's ``rho_j``.
+
+        Parameters
+        ----------
+        chosen : ndarray of shape (n_inputs,)
+            Index into ``levels_`` of each input's chosen level.
+        reach : ndarray of shape (n_inputs, n_levels)
+            ``rho_j``, in ``levels_``' order: the radius within which input
+            ``i``'s selector cannot take level ``j`` (negative values mean
+            0; the chosen level's entry is ignored).
+        """
+        n_inputs = len(chosen)
+        rows = np.arange(n_inputs)
         reach = np.maximum(reach, 0.0)
-        rows = np.arange(len(X))
         reach[rows, chosen] = 0.0
         others = np.ones_like(reach, dtype=bool)
         others[rows, chosen] = False
-        radius_cap = reach[others].reshape(len(X), n_levels - 1).min(axis=1)
-        in_order = np.empty_like(reach)
-        in_order[:, ascending] = reach
-        sigma = self.levels_[ascending[chosen]]
-        n_samples = np.full(len(X), self.n0 + self.n, dtype=np.int64)
+        radius_cap = reach[others].reshape(n_inputs, len(self.levels_) - 1).min(axis=1)
+        sigma, n_samples = self.levels_[chosen], np.full(n_inputs, self.n0 + self.n, dtype=np.int64)
         if not self.certify_reachable_levels:
             # The plain certificate: the level is constant on B(x, R1), R1 = min_j rho_j; 0 (unsure at x) abstains.
-            return CertifiedSigmaResult(sigma, np.zeros(len(X), dtype=np.int64), radius_cap, n_samples,
+            return CertifiedSigmaResult(sigma, np.zeros(n_inputs, dtype=np.int64), radius_cap, n_samples,
                                         radius_cap <= 0)
-        return CertifiedSigmaResult(sigma, np.zeros(len(X), dtype=np.int64), radius_cap, n_samples,
-                                    np.zeros(len(X), dtype=bool), in_order, self.levels_.copy())
+        return CertifiedSigmaResult(sigma, np.zeros(n_inputs, dtype=np.int64), radius_cap, n_samples,
+                                    np.zeros(n_inputs, dtype=bool), reach, self.levels_.copy())
+
+    def _ascending_levels(self):
+        """Indices that sort ``levels_`` increasingly: the threshold rule's quantiles need the levels' order."""
+        return np.argsort(self.levels_, kind="stable")
 
     def predict_sigma(self, engine, X, alpha):
         self.validate()
@@ -720,6 +731,6 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         if self.level_threshold is None:
             top, abstain = top_two_test(counts, alpha)
             return self.levels_[top], abstain
-        ascending = np.argsort(self.levels_, kind="stable")
+        ascending = self._ascending_levels()
         chosen, abstain = quantile_test(counts[:, ascending], self.level_threshold, alpha)
         return self.levels_[ascending[chosen]], abstain
