@@ -231,9 +231,8 @@ def stem(name, sigma, splits, settings, model=False):
     text += f"-e{settings['epochs']}" if model else f"-n{settings['n']}-e{settings['epochs']}-i{settings['images']}"
     if name.startswith("router"):
         text += selector_tag(settings)
-    elif name == "pfat-selector":  # its selector has the defaults: what they resolve to names its files
-        text += params_tag({"selector_sigma": DEFAULT_SELECTOR_SIGMA,
-                            **({} if model else {"level_threshold": DEFAULT_LEVEL_THRESHOLD})})
+    elif name == "pfat-selector":
+        text += pfat_selector_tag(model)
     if "optimizer" in settings:
         text += f"-{settings['optimizer']}-optimizer"
     text += arch_tag(settings)
@@ -346,11 +345,18 @@ def pfat_selector(splits, settings, out):
     training = PretrainFinetune(0.25, 1.0, pretrain_epochs=half, finetune_epochs=settings["epochs"] - half,
                                 finetune_lr=0.005, objective=GaussianNoise(2),
                                 assignment=GridSigmaSearch(0.25, 1.0, 0.25, n=100))
-    noise = params_tag({"selector_sigma": DEFAULT_SELECTOR_SIGMA})
-    return fitted(out / f"pfat-selector-e{settings['epochs']}{noise}{arch_tag(settings)}.safetensors",
+    return fitted(out / f"pfat-selector-e{settings['epochs']}{pfat_selector_tag(model=True)}{arch_tag(settings)}"
+                  ".safetensors",
                   SampleWiseSmoothedClassifier(network(settings), training=training,
                                                sigma_search=CertifiedSigmaSelector(), max_epochs=settings["epochs"],
                                                **estimator_settings(settings)), splits, settings)
+
+
+def pfat_selector_tag(model):
+    """The PFAT + selector row's file-name suffix: what its default selector resolves to (its noise; for its
+    certificates, also its ``level_threshold``), so that a file made under another default is never read back."""
+    return params_tag({"selector_sigma": DEFAULT_SELECTOR_SIGMA,
+                       **({} if model else {"level_threshold": DEFAULT_LEVEL_THRESHOLD})})
 
 
 def sample_wise_params(name, epochs):
