@@ -701,6 +701,15 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             ``rho_j``, in ``levels_``' order: the radius within which input
             ``i``'s selector cannot take level ``j`` (negative values mean
             0; the chosen level's entry is ignored).
+
+        Returns
+        -------
+        CertifiedSigmaResult
+            The chosen levels with ``radius_cap = min_j rho_j`` (``R1`` of
+            ``G``'s certificate). With ``certify_reachable_levels``, also
+            every ``rho_j`` (``level_reach``) for the widening, and no input
+            abstains; else the plain certificate, abstaining where ``R1`` is
+            0.
         """
         n_inputs = len(chosen)
         rows = np.arange(n_inputs)
