@@ -139,6 +139,20 @@ class SevenInputs(torch.nn.Module):
         return self.linear(x)
 
 
+class BandWithoutOutput(torch.nn.Module):
+    """``LevelSelectorLogits((0.0,), axis=1)`` with NaN logits where ``0 <= x1 < width`` (undefined on a band)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.width = float(width)
+        self.unused = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        x1 = x.flatten(1)[:, 1]
+        logits = torch.stack([x1 < 0, x1 >= self.width], dim=1).float()
+        return logits.masked_fill(((x1 >= 0) & (x1 < self.width))[:, None], float("nan"))
+
+
 class TestSoundnessForG:
     @pytest.mark.parametrize("level_threshold", [None, 0.3])
     @pytest.mark.parametrize("reachable", [True, False])
@@ -155,6 +169,33 @@ class TestSoundnessForG:
         assert failures <= binomial_bound(len(certified), alpha)
         if not reachable:  # the plain certificate: R1 caps every radius
             assert np.all(radius <= details.radius_cap)
+
+    @pytest.mark.parametrize("level_threshold", [None, 0.3])
+    def test_a_copy_without_selector_output_votes_for_the_smallest_level(self, level_threshold):
+        # Where its logits are NaN the selector votes for the smallest level, in predict as in certify, so
+        # BandWithoutOutput(w) is LevelSelectorLogits((w,)): G is known exactly. (Counted as no vote, the
+        # levels' probabilities would not sum to one, and predict would take levels[1] inside the band where the
+        # certificates' bounds say it does not.)
+        alpha, width = 0.05, 0.5
+        rng = np.random.default_rng(2)
+        # Inside the band, where the two levels' G differ (|x0| < 1) and where the levels' probabilities among
+        # the copies with an output would put the selector's boundary elsewhere (below 0.45).
+        X = np.column_stack([rng.uniform(-0.9, 0.9, 300), rng.uniform(0.1, 0.45, 300)]).astype(np.float32)
+        selector = CertifiedSigmaSelector(levels=LEVELS, selector=BandWithoutOutput(width), fit_selector=False,
+                                          selector_sigma=SELECTOR_SIGMA, n=2000, n0=100,
+                                          level_threshold=level_threshold)
+        clf = slab_classifier(selector)
+        boundary = width + selector_boundary(level_threshold)
+        prediction = clf.predict(X)
+        answered = np.flatnonzero(prediction != ABSTAIN)
+        assert len(answered) > 200
+        wrong = sum(g_disagrees_on_disc(X[i], 0.0, prediction[i], boundary=boundary) for i in answered)
+        assert wrong <= binomial_bound(len(answered), alpha)
+        prediction, radius = clf.certify(X)
+        certified = np.flatnonzero(prediction != ABSTAIN)
+        assert len(certified) > 200 and (radius[certified] > 0).mean() > 0.8
+        failures = sum(g_disagrees_on_disc(X[i], radius[i], prediction[i], boundary=boundary) for i in certified)
+        assert failures <= binomial_bound(len(certified), alpha)
 
     def test_the_argmax_boundary_fails_for_a_threshold_rule(self):
         # The check has power against the rule it assumes: the threshold rule's certificates, checked as if the
@@ -194,7 +235,9 @@ class TestAlphaSplit:
         original = MonteCarloEngine.class_counts
 
         def recording(engine, X, sigma, n_samples, stage):
-            calls.append((type(engine.module).__name__, tuple(stage)))
+            # The test's own module, inside whatever the library wraps it in.
+            module = next(part for part in engine.module.modules() if type(part) in (LevelSelectorLogits, SlabLogits))
+            calls.append((type(module).__name__, tuple(stage)))
             return original(engine, X, sigma, n_samples, stage)
 
         monkeypatch.setattr(MonteCarloEngine, "class_counts", recording)

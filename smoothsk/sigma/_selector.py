@@ -70,6 +70,40 @@ def _probe(module, X, n_levels):
                          f"shape and return (batch, K) logits (K={n_levels}).") from error
 
 
+
+class _SmallestLevelWhereUndefined(torch.nn.Module):
+    """The selector as a function defined everywhere: a copy with NaN logits votes for the smallest level.
+
+    Every certificate of the level (``_certify_reachable``, ``_certify_quantile``)
+    and ``predict_sigma`` reason about a selector whose K level probabilities
+    sum to one: the ``1 / K`` bound on the argmax's top level, ``S_0 = 1`` for
+    the threshold rule, and the same denominator in ``predict``'s tests as in
+    the bounds. The engine counts a copy with NaN logits as a vote for no
+    class, which is sound for a classifier's lower bounds but would leave the
+    levels' probabilities summing to less than one. Routed through this
+    module, the selector is one fixed function into the levels, so every
+    proof holds as written. The smallest level, so that ``S_0 = 1`` holds.
+
+    Parameters
+    ----------
+    selector : torch.nn.Module
+        Returns logits of shape (batch, K).
+    smallest : int
+        Index (among the K logits) of the smallest level.
+    """
+
+    def __init__(self, selector, smallest):
+        super().__init__()
+        self.selector = selector
+        self.smallest = int(smallest)
+
+    def forward(self, x):
+        logits = self.selector(x)
+        vote = torch.zeros(logits.shape[1:], dtype=logits.dtype, device=logits.device)
+        vote[self.smallest] = 1.0
+        return torch.where(torch.isnan(logits).any(dim=1, keepdim=True), vote, logits)
+
+
 #: The selector's noise by default, per unit of the largest level. It caps every radius of ``G``: with all of
 #: n = 10,000 votes on one level, ``R1 <= noise * 3.08`` (``alpha_share=0.1``, alpha = 0.001), which at 0.75 was
 #: 2.31 on real MNIST, below what the sigma-1.0 experts certify (up to 3.8). Measured there at n = 100,000
@@ -91,8 +125,10 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
     levels, so Cohen et al.'s CERTIFY certifies it constant on a ball. By
     default (``level_threshold=0.3``) ``k(x)`` is instead the largest level
     that 30% of the votes reach (on it or on a larger level), certified
-    constant on a ball the same way (``level_threshold=None``: the argmax). The
-    estimator then certifies the classifier at that level (Sun, Mao and
+    constant on a ball the same way (``level_threshold=None``: the argmax). A
+    noisy copy on which the selector's logits are NaN votes for the smallest
+    level, so that the selector is defined everywhere, as the certificates
+    need. The estimator then certifies the classifier at that level (Sun, Mao and
     Vechev's Dual Randomized Smoothing; see
     :class:`~smoothsk.sigma.BaseCertifiedSigma` for how the estimator composes
     the two).
@@ -582,7 +618,7 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
         if self.selector_module_ is None:
             return None
         module = self.selector_module_.to(engine.device).eval()
-        return engine.with_module(module, len(self.levels_))
+        return engine.with_module(_SmallestLevelWhereUndefined(module, np.argmin(self.levels_)), len(self.levels_))
 
     def _certify_sigma(self, engine, X, alpha):
         n_inputs = len(X)
