@@ -93,7 +93,8 @@ class NoiseLevelExperts(nn.Module):
     Parameters
     ----------
     levels : sequence of float, length K
-        Distinct noise levels > 0; ``levels[k]`` is served by ``experts[k]``.
+        Noise levels > 0, distinct in float32 (the precision rows are routed at); ``levels[k]`` is served
+        by ``experts[k]``.
     experts : sequence of torch.nn.Module instances or classes, length K
         The experts, each returning (batch, n_classes) logits. An instance is
         used as it is (never copied or trained: with ``Pretrained``, its
@@ -133,10 +134,12 @@ class NoiseLevelExperts(nn.Module):
     def __init__(self, levels, experts, n_classes=None):
         super().__init__()
         levels = np.asarray(levels, dtype=np.float64)
+        # Distinct in float32: the engine samples float32 (and lower-precision) inputs at float32 levels, and a
+        # row is routed by its level's value there.
         if (levels.ndim != 1 or len(levels) == 0 or not np.all(np.isfinite(levels)) or np.any(levels <= 0)
-                or len(np.unique(levels)) != len(levels)):
-            raise ValueError(f"levels must be a non-empty sequence of distinct finite noise levels > 0; "
-                             f"got {levels.tolist()!r}.")
+                or len(np.unique(levels.astype(np.float32))) != len(levels)):
+            raise ValueError(f"levels must be a non-empty sequence of noise levels > 0, finite and distinct in "
+                             f"float32; got {levels.tolist()!r}.")
         experts = list(experts)
         if len(experts) != len(levels):
             raise ValueError(f"experts must hold one module per level: {len(levels)} levels, {len(experts)} "

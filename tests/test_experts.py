@@ -548,9 +548,10 @@ class TestNoiseLevelExperts:
         with pytest.raises(TypeError, match=r"module\(x, sigma\)"):
             NoiseLevelExperts(self.LEVELS, self.experts())(torch.randn(2, 3))
 
+    # Equal in float32, the precision the engine samples float32 inputs at: both levels would reach the first expert.
     @pytest.mark.parametrize("levels", [(), (0.25, 0.25), (0.25, 0.0), (0.25, -1.0), (0.25, np.inf),
-                                        (0.25, np.nan), ((0.25, 0.5),)],
-                             ids=["empty", "repeated", "zero", "negative", "infinite", "nan", "2-d"])
+                                        (0.25, np.nan), ((0.25, 0.5),), (0.5, np.nextafter(0.5, 1.0))],
+                             ids=["empty", "repeated", "zero", "negative", "infinite", "nan", "2-d", "float32-equal"])
     def test_bad_levels_are_refused(self, levels):
         n_experts = len(levels) if np.ndim(levels) == 1 else 2
         with pytest.raises(ValueError, match="levels must be"):
