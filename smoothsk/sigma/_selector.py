@@ -70,7 +70,6 @@ def _probe(module, X, n_levels):
                          f"shape and return (batch, K) logits (K={n_levels}).") from error
 
 
-
 class _SmallestLevelWhereUndefined(torch.nn.Module):
     """The selector as a function defined everywhere: a copy with NaN logits votes for the smallest level.
 
