@@ -8,19 +8,26 @@ torchvision does). A label is an int where every class name is one written
 plainly (``0``, ``7``, ``-1``; not ``07``), so that folders named after the
 classes of a model trained on integer labels match them; else the name.
 
-An image may be hostile. Listing the folder reads no image, and follows no
-link to a folder. Each image is read when its input is, and only once its
-header checks: a regular file (not a device or a pipe), a PNG or a JPEG by
-its content, whatever its name, of 8 bits per channel, and exactly the
-model's width and height. Only then is it decoded, so decoding allocates no
-more than one input of the model's size (and Pillow's own bounds on
-metadata). Any other file is refused with a ``ValueError`` naming it.
+An image may be hostile. Listing the folder reads no image, follows no
+link to a folder, recurses at no depth, and refuses a class folder whose name
+is not UTF-8 (its label could not be written). Each image is read when its
+input is: opened once, checked through that descriptor to be a regular file
+(not a device or a pipe) of at most 16 times the raw pixels of one input (1
+MiB for small inputs), and read into memory, so that Pillow reads bytes the
+file holds and nothing a chunk only declares. Its header must then say a PNG
+or a JPEG by its content, whatever its name, of 8 bits per channel, and
+exactly the model's width and height. Only then is it decoded, so decoding
+allocates no more than one input of the model's size (and Pillow's own
+bounds on metadata). Any other file is refused with a ``ValueError`` naming
+it.
 
 An image becomes the float32 input ``(C, H, W)`` in [0, 1], its 8-bit values
 divided by 255 (as torchvision's ``ToTensor``), converted to grey (``C = 1``)
 or RGB (``C = 3``) as the model's input shape says; an alpha channel is dropped.
 """
 
+import io
+import math
 import os
 import re
 import stat
@@ -40,7 +47,7 @@ _EIGHT_BIT_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "C
 #: Pillow's mode for the number of channels of the model's inputs.
 _MODE_OF_CHANNELS = {1: "L", 3: "RGB"}
 #: A class name read as an int label.
-_PLAIN_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_PLAIN_INT = re.compile(r"0|-?[1-9][0-9]*")
 
 
 class ImageFolder:
@@ -69,7 +76,8 @@ class ImageFolder:
     ------
     ValueError
         Naming the folder: not a folder, an input shape that is not an
-        image's, no class folder, or a class folder without images.
+        image's, no class folder, a class folder without images or whose name
+        is not UTF-8.
     """
 
     def __init__(self, root, input_shape):
@@ -86,6 +94,9 @@ class ImageFolder:
         if not self.classes:
             raise ValueError(f"{root}: no class folder in it; put each class's images in a folder named after it "
                              f"(e.g. {root}/cat/1.png).")
+        for name in self.classes:
+            if not _is_utf_8(name):  # its label could be neither written to a CSV nor printed
+                raise ValueError(f"{_printable(root / name)}: a class folder whose name is not UTF-8; rename it.")
         self.files, names = [], []
         for name in self.classes:
             images = sorted(_images_under(root / name))
@@ -106,9 +117,8 @@ class ImageFolder:
         path = self.files[index]
         channels, height, width = self.input_shape
         try:
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                raise ValueError("not a regular file")
-            with Image.open(path, formats=_FORMATS) as image:  # reads the header only
+            content = _read_regular_file(path, _largest_file(self.input_shape))
+            with Image.open(io.BytesIO(content), formats=_FORMATS) as image:  # reads the header only
                 if image.mode not in _EIGHT_BIT_MODES:
                     raise ValueError(f"mode {image.mode}, not 8 bits per channel")
                 if image.size != (width, height):
@@ -122,10 +132,61 @@ class ImageFolder:
         return (pixels / 255).reshape(height, width, channels).transpose(2, 0, 1)
 
 
-def _images_under(folder):
-    """The image files under ``folder``, recursively, without following links to folders."""
-    def refuse(error):
-        raise ValueError(f"{error.filename}: cannot list it ({error.strerror or error}).") from error
+def _largest_file(input_shape):
+    """Bytes an image file of ``input_shape`` may take: its raw pixels 16 times, and 1 MiB for small images.
 
-    for parent, _, names in os.walk(folder, onerror=refuse):
-        yield from (Path(parent) / name for name in names if name.lower().endswith(IMAGE_SUFFIXES))
+    A PNG or JPEG of 8-bit pixels compresses them; this leaves room for
+    metadata (an ICC profile, text) and for incompressible noise.
+    """
+    return max(16 * math.prod(input_shape), 1 << 20)
+
+
+def _read_regular_file(path, largest):
+    """The bytes of the regular file at ``path``, at most ``largest`` of them; a ``ValueError`` otherwise.
+
+    The file is opened once and checked through that descriptor, so it cannot
+    be swapped for a pipe or a device between the check and the read (a pipe
+    opened without blocking, and refused). Pillow then reads from memory: a
+    chunk that declares more bytes than the file holds gets what the file
+    holds, so no read allocates more than the file's size.
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb", buffering=0) as file:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise ValueError("not a regular file")
+        if status.st_size > largest:
+            raise ValueError(f"{status.st_size} bytes, more than an image of the model's size takes ({largest})")
+        return file.read(status.st_size)  # what it held when checked, whatever it holds now
+
+
+def _is_utf_8(name):
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # the file system's bytes, decoded with surrogates
+        return False
+    return True
+
+
+def _printable(path):
+    """``path`` with the bytes that are not UTF-8 written as escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _images_under(folder):
+    """The image files under ``folder``, recursively, without following links to folders.
+
+    Walked with a stack, not by recursion, so that no depth of folders raises a ``RecursionError``.
+    """
+    folders = [folder]
+    while folders:
+        parent = folders.pop()
+        try:
+            entries = list(os.scandir(parent))
+        except OSError as error:
+            raise ValueError(f"{_printable(parent)}: cannot list it ({error.strerror or error}).") from error
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(Path(entry.path))
+            elif entry.name.lower().endswith(IMAGE_SUFFIXES):
+                yield Path(entry.path)

@@ -2,6 +2,9 @@
 
 import io
 import os
+import sys
+import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,11 +44,32 @@ class TestLayout:
         assert len(images) == 6 and images.shape == (6, 1, 3, 4)
 
     @pytest.mark.parametrize("names, labels", [(["cat", "dog"], ["cat", "dog"]), (["07", "8"], ["07", "8"]),
-                                               (["-1", "0"], [-1, 0])])
+                                               (["-1", "0"], [-1, 0]), (["-0", "0"], ["-0", "0"])])
     def test_labels_are_the_names_unless_every_name_is_a_plain_int(self, tmp_path, names, labels):
         for name in names:
             save(tmp_path / name / "x.png", np.zeros((2, 2), np.uint8))
         assert ImageFolder(tmp_path, (1, 2, 2)).labels.tolist() == labels
+
+    def test_a_folder_deeper_than_pythons_recursion_limit_is_listed(self, tmp_path):
+        # 300 folders deep under a recursion limit of 250 (the default 1,000 would also bind pytest's clean-up,
+        # which removes folders by recursion).
+        deep = tmp_path / "a" / os.path.join(*["d"] * 300)
+        save(deep / "x.png", np.zeros((2, 2), np.uint8))
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(250)
+        try:
+            files = ImageFolder(tmp_path, (1, 2, 2)).files
+        finally:
+            sys.setrecursionlimit(limit)
+        assert files == [deep / "x.png"]
+
+    def test_a_class_name_that_is_not_utf_8_is_refused_before_any_image_is_read(self, tmp_path):
+        # Its label could not be written to a CSV (or printed): refused when listing, not after certifying.
+        os.mkdir(os.path.join(os.fsencode(tmp_path), b"caf\xe9"))
+        save(Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"caf\xe9"))) / "x.png", np.zeros((2, 2), np.uint8))
+        with pytest.raises(ValueError, match=r"caf\\xe9: a class folder whose name is not UTF-8") as error:
+            ImageFolder(tmp_path, (1, 2, 2))
+        str(error.value).encode("utf-8")  # the message itself can be printed
 
     def test_a_linked_folder_is_not_followed(self, grey, tmp_path_factory):
         root, pixels = grey
@@ -124,6 +148,27 @@ class TestHostileFiles:
         with pytest.raises(ValueError, match=rf"{path}: {message}") as error:
             ImageFolder(tmp_path, (1, 3, 4))[0]
         assert "\n" not in str(error.value)
+
+    def test_a_chunk_longer_than_the_file_allocates_no_more_than_the_file(self, tmp_path):
+        # An 8x8 PNG whose IDAT chunk declares 0xF0000000 bytes: Pillow asks for that many in one read.
+        buffer = io.BytesIO()
+        Image.fromarray(np.zeros((8, 8), np.uint8)).save(buffer, "PNG")
+        content = bytearray(buffer.getvalue())
+        length = content.find(b"IDAT") - 4
+        content[length:length + 4] = (0xF0000000).to_bytes(4, "big")
+        path = tmp_path / "a" / "x.png"
+        path.parent.mkdir()
+        path.write_bytes(bytes(content))
+        images = ImageFolder(tmp_path, (1, 8, 8))
+        tracemalloc.start()
+        try:
+            images[0]
+        except ValueError as error:
+            assert str(error).startswith(f"{path}: ")
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert peak < 1 << 20, peak
 
     @pytest.mark.parametrize("image_format", ["PNG", "JPEG"])
     def test_any_damaged_byte_is_read_or_refused_with_a_value_error(self, tmp_path, image_format):
