@@ -1,8 +1,10 @@
 """Data sets: the bundled digits, and loaders for standard files in a local folder."""
 
+import contextlib
 import gzip
 import math
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +117,16 @@ def make_heterogeneous_margins(n_samples=2400, n_features=256, spacings=(1.0, 2.
 MAX_GZIP_RATIO = 256
 
 
+@contextlib.contextmanager
+def _damage_named(path):
+    """A file that cannot be read whole (a truncated or corrupt gzip stream, an I/O error) as a ValueError naming it."""
+    try:
+        yield
+    except (EOFError, OSError, zlib.error) as error:
+        raise ValueError(f"{path}: cannot be read ({' '.join(str(error).split()) or type(error).__name__}).") \
+            from error
+
+
 def _read_idx(path, n_dims):
     """Read an IDX file (MNIST's format) of ``n_dims`` dimensions, gzipped or not, into an ndarray.
 
@@ -123,7 +135,7 @@ def _read_idx(path, n_dims):
     times it) before the data is read; then exactly the declared bytes must follow.
     """
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
+    with _damage_named(path), opener(path, "rb") as f:
         head = f.read(4)
         if head[:3] != b"\x00\x00\x08" or len(head) < 4:
             raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number {head.hex()}).")
@@ -177,14 +189,26 @@ def load_mnist(folder, train=True):
     FileNotFoundError
         If the images or the labels file is missing.
     ValueError
-        If a file is not an unsigned-byte IDX file with 3 (images) or 1
+        Naming the file: not an unsigned-byte IDX file with 3 (images) or 1
         (labels) dimensions whose sizes, as its header declares them, add up
-        to the bytes that follow the header.
+        to the bytes that follow the header; a damaged gzip stream; images
+        that are not 28x28, none, labels outside 0-9, or not one label per
+        image.
     """
     folder = Path(folder)
     prefix = "train" if train else "t10k"
-    images = _read_idx(_find(folder, [f"{prefix}-images-idx3-ubyte", f"{prefix}-images.idx3-ubyte"]), 3)
-    labels = _read_idx(_find(folder, [f"{prefix}-labels-idx1-ubyte", f"{prefix}-labels.idx1-ubyte"]), 1)
+    images_path = _find(folder, [f"{prefix}-images-idx3-ubyte", f"{prefix}-images.idx3-ubyte"])
+    labels_path = _find(folder, [f"{prefix}-labels-idx1-ubyte", f"{prefix}-labels.idx1-ubyte"])
+    images, labels = _read_idx(images_path, 3), _read_idx(labels_path, 1)
+    if images.shape[1:] != (28, 28):
+        raise ValueError(f"{images_path} holds images of {images.shape[1]}x{images.shape[2]} pixels; MNIST's are "
+                         "28x28.")
+    if len(images) == 0:
+        raise ValueError(f"{images_path} holds no image.")
+    if len(labels) != len(images):
+        raise ValueError(f"{len(images)} images in {images_path} but {len(labels)} labels in {labels_path}.")
+    if labels.max() > 9:
+        raise ValueError(f"{labels_path} holds labels outside 0-9.")
     return (images.astype(np.float32) / 255.0)[:, None], labels.astype(np.int64)
 
 
@@ -202,7 +226,7 @@ def _read_mnist_csv(path):
     """
     opener = gzip.open if path.suffix == ".gz" else open
     limit = path.stat().st_size * (MAX_GZIP_RATIO if opener is gzip.open else 1)
-    with opener(path, "rb") as f:
+    with _damage_named(path), opener(path, "rb") as f:
         text = f.read(limit + 1)
     if len(text) > limit:
         raise ValueError(f"{path} inflates to over {MAX_GZIP_RATIO} times its size: refused (a decompression bomb?).")

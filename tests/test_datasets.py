@@ -109,6 +109,31 @@ class TestMnist:
             load_mnist(tmp_path)
 
 
+    @pytest.mark.parametrize("images, labels, match", [
+        (np.zeros((3, 28, 28)), np.array([1, 2]), r"3 images in .*train-images-idx3-ubyte but 2 labels in"),
+        (np.zeros((3, 1, 784)), np.array([1, 2, 3]), r"images-idx3-ubyte holds images of 1x784 pixels"),
+        (np.zeros((0, 28, 28)), np.zeros(0), r"train-images-idx3-ubyte holds no image"),
+        (np.zeros((2, 28, 28)), np.array([1, 10]), r"train-labels-idx1-ubyte holds labels outside 0-9"),
+    ], ids=["counts", "image-size", "empty", "label"])
+    def test_images_and_labels_must_make_mnist(self, tmp_path, images, labels, match):
+        write_idx(tmp_path / "train-images-idx3-ubyte", images)
+        write_idx(tmp_path / "train-labels-idx1-ubyte", labels)
+        with pytest.raises(ValueError, match=match):
+            load_mnist(tmp_path)
+
+    @pytest.mark.parametrize("damage", [lambda data: data[:len(data) // 2], lambda data: data[:-4] + b"\0\0\0\0",
+                                        lambda data: b"not gzip" + data[8:]],
+                             ids=["truncated", "bad-length", "not-gzip"])
+    def test_a_damaged_gzip_file_is_refused_naming_it(self, tmp_path, damage):
+        write_idx(tmp_path / "train-images-idx3-ubyte", np.arange(3 * 28 * 28).reshape(3, 28, 28) % 7, compress=True)
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([1, 2, 3]))
+        path = tmp_path / "train-images-idx3-ubyte.gz"
+        path.write_bytes(damage(path.read_bytes()))
+        with pytest.raises(ValueError, match=r"train-images-idx3-ubyte\.gz: ") as error:
+            load_mnist(tmp_path)
+        assert "\n" not in str(error.value)
+
+
 SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 
 
@@ -167,6 +192,15 @@ class TestMnistProtocol:
         with gzip.open(tmp_path / "mnist_5k.csv.gz", "wt") as f:
             f.write(rows)
         with pytest.raises(ValueError, match=rf"mnist_5k\.csv\.gz .*{match}"):
+            load_mnist_protocol(tmp_path)
+
+    def test_a_damaged_gzipped_csv_is_refused_naming_it(self, tmp_path):
+        write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((20, 28, 28)))
+        write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(20))
+        write_mnist_csv(tmp_path / "mnist_5k.csv.gz", np.zeros((3, 28, 28)), np.array([1, 2, 3]))
+        path = tmp_path / "mnist_5k.csv.gz"
+        path.write_bytes(path.read_bytes()[:-6])
+        with pytest.raises(ValueError, match=r"mnist_5k\.csv\.gz: "):
             load_mnist_protocol(tmp_path)
 
     def test_a_folder_without_training_images_is_named(self, tmp_path):
