@@ -566,6 +566,12 @@ def _decode_classes(spec, source):
             classes = None
     if classes is None or classes.tolist() != values:
         raise ValueError(f"{source}: classes_ values {values!r} do not fit their dtype {spec['dtype']!r}.")
+    try:  # fit keeps np.unique(y); labels of types that do not compare (0 and "a") do not sort
+        fitted = np.array_equal(np.unique(classes), classes)
+    except TypeError:
+        fitted = False
+    if not fitted:
+        raise ValueError(f"{source}: classes_ {values!r} are not distinct and sorted, as fit leaves them.")
     return classes
 
 

@@ -277,6 +277,16 @@ class TestOneClearError:
         with pytest.raises(ValueError, match=r"evil\.safetensors: classes_ values .* do not fit their dtype"):
             load(forge(tmp_path / "evil.safetensors", document, tensors))
 
+    @pytest.mark.parametrize("values", [[1, 1], [1, 0], ["b", "a"], [0, "a"]],
+                             ids=["repeated", "unsorted", "unsorted strings", "mixed"])
+    def test_labels_that_fit_cannot_leave_are_refused(self, values, flat_mlp_file, tmp_path):
+        """fit keeps np.unique(y): a forged list of repeated or unsorted labels loaded and certified."""
+        document, tensors = read_file(flat_mlp_file)
+        document["classes_"] = {"dtype": "|O" if len({type(v) for v in values}) > 1 else np.array(values).dtype.str,
+                                "values": values}
+        with pytest.raises(ValueError, match=r"evil\.safetensors: classes_ .* distinct and sorted"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+
     @pytest.mark.parametrize(("edit", "cause"), [
         (lambda document, tensors: tensors["sigma_search_.training_inputs"].__setitem__((0, 0), np.nan), "NaN"),
         (lambda document, tensors: tensors["sigma_search_.training_inputs"].__setitem__((0, 0), np.inf), "infinity"),
