@@ -2,6 +2,7 @@
 
 import contextlib
 import gzip
+import io
 import math
 import os
 import zlib
@@ -222,7 +223,7 @@ def _read_mnist_csv(path):
     """Images (uint8, shape (n, 28, 28)) and labels (uint8) of a CSV of rows ``pixel_0, ..., pixel_783, label``.
 
     Read as gzipped text, within :data:`MAX_GZIP_RATIO` times the file's size,
-    and checked before use: 785 integer columns, pixels 0-255, labels 0-9.
+    and checked before use: 785 columns of integers 0-255, labels 0-9.
     """
     opener = gzip.open if path.suffix == ".gz" else open
     limit = path.stat().st_size * (MAX_GZIP_RATIO if opener is gzip.open else 1)
@@ -230,17 +231,19 @@ def _read_mnist_csv(path):
         text = f.read(limit + 1)
     if len(text) > limit:
         raise ValueError(f"{path} inflates to over {MAX_GZIP_RATIO} times its size: refused (a decompression bomb?).")
-    try:
-        table = np.loadtxt(text.decode("ascii").splitlines(), delimiter=",", dtype=np.int64, ndmin=2)
+    try:  # decoded as it is parsed, into bytes: no copy of the text as str, nor as a list of lines
+        table = np.loadtxt(io.TextIOWrapper(io.BytesIO(text), encoding="ascii"), delimiter=",", dtype=np.uint8,
+                           ndmin=2)
     except (UnicodeDecodeError, ValueError) as error:
-        raise ValueError(f"{path} is not a CSV of integers: {' '.join(str(error).split())[:200]}") from None
+        raise ValueError(f"{path} is not a CSV of integers in 0-255: {' '.join(str(error).split())[:200]}") \
+            from None
     if table.shape[1] != _MNIST_PIXELS + 1 or len(table) == 0:
         raise ValueError(f"{path} has rows of {table.shape[1]} columns; expected {_MNIST_PIXELS + 1} (the 784 "
                          "pixels, then the label).")
     pixels, labels = table[:, :-1], table[:, -1]
-    if pixels.min() < 0 or pixels.max() > 255 or labels.min() < 0 or labels.max() > 9:
-        raise ValueError(f"{path} holds pixels outside 0-255 or labels outside 0-9.")
-    return pixels.astype(np.uint8).reshape(-1, 28, 28), labels.astype(np.uint8)
+    if labels.max() > 9:
+        raise ValueError(f"{path} holds labels outside 0-9.")
+    return pixels.reshape(-1, 28, 28), labels
 
 
 def load_mnist_protocol(folder):
@@ -314,7 +317,10 @@ def load_mnist_protocol(folder):
                                     "nor mnist_5k.csv.gz.")
         images, labels = _read_mnist_csv(csv)
         odd = index % 2 == 1
-        X_train = np.concatenate([(images.astype(np.float32) / 255.0)[:, None], X_test[odd]])
+        # Filled in place: the CSV's images become floats once, not once more for a concatenation.
+        X_train = np.empty((len(images) + np.count_nonzero(odd), 1, 28, 28), dtype=np.float32)
+        np.divide(images[:, None], np.float32(255.0), out=X_train[:len(images)])
+        X_train[len(images):] = X_test[odd]
         y_train = np.concatenate([labels.astype(np.int64), y_test[odd]])
         validation, protocol = ~odd & ~certify, "5k"
     return Bunch(X_train=X_train, y_train=y_train, X_validation=X_test[validation],

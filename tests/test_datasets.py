@@ -182,9 +182,9 @@ class TestMnistProtocol:
 
     @pytest.mark.parametrize(("rows", "match"), [
         ("1,2,3\n", "rows of 3 columns; expected 785"),
-        (",".join(["300"] * 784) + ",1\n", "pixels outside 0-255 or labels outside 0-9"),
-        (",".join(["0"] * 784) + ",10\n", "pixels outside 0-255 or labels outside 0-9"),
-        (",".join(["a"] * 785) + "\n", "is not a CSV of integers"),
+        (",".join(["300"] * 784) + ",1\n", "is not a CSV of integers in 0-255"),
+        (",".join(["0"] * 784) + ",10\n", "labels outside 0-9"),
+        (",".join(["a"] * 785) + "\n", "is not a CSV of integers in 0-255"),
     ], ids=["columns", "pixel", "label", "text"])
     def test_a_malformed_csv_is_refused_naming_it(self, rows, match, tmp_path):
         write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((20, 28, 28)))
