@@ -144,12 +144,15 @@ def _largest_file(input_shape):
 def _read_regular_file(path, largest):
     """The bytes of the regular file at ``path``, at most ``largest`` of them; a ``ValueError`` otherwise.
 
-    The file is opened once and checked through that descriptor, so it cannot
+    A file that is not regular is refused before it is opened; the file is
+    then opened once and checked again through that descriptor, so it cannot
     be swapped for a pipe or a device between the check and the read (a pipe
     opened without blocking, and refused). Pillow then reads from memory: a
     chunk that declares more bytes than the file holds gets what the file
     holds, so no read allocates more than the file's size.
     """
+    if not stat.S_ISREG(os.stat(path).st_mode):  # not even opened: opening a device can act on it
+        raise ValueError("not a regular file")
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(descriptor, "rb", buffering=0) as file:
         status = os.fstat(descriptor)
@@ -188,5 +191,5 @@ def _images_under(folder):
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 folders.append(Path(entry.path))
-            elif entry.name.lower().endswith(IMAGE_SUFFIXES):
+            elif entry.name.lower().endswith(IMAGE_SUFFIXES) and not entry.is_dir():  # a link to a folder: neither
                 yield Path(entry.path)

@@ -76,6 +76,7 @@ class TestLayout:
         elsewhere = tmp_path_factory.mktemp("elsewhere")
         save(elsewhere / "g.png", pixels[0])
         os.symlink(elsewhere, root / "1" / "link")
+        os.symlink(elsewhere, root / "1" / "link.png")  # named as an image: neither an image nor a folder to walk
         os.symlink(elsewhere, root / "linked-class")
         assert len(ImageFolder(root, (1, 3, 4))) == 6
 
