@@ -231,7 +231,7 @@ def _read_mnist_csv(path):
         text = f.read(limit + 1)
     if len(text) > limit:
         raise ValueError(f"{path} inflates to over {MAX_GZIP_RATIO} times its size: refused (a decompression bomb?).")
-    try:  # decoded as it is parsed, into bytes: no copy of the text as str, nor as a list of lines
+    try:  # decoded while it is parsed, into uint8: no str copy of the text, no list of its lines
         table = np.loadtxt(io.TextIOWrapper(io.BytesIO(text), encoding="ascii"), delimiter=",", dtype=np.uint8,
                            ndmin=2)
     except (UnicodeDecodeError, ValueError) as error:
