@@ -61,6 +61,7 @@ import numpy as np
 from ._atomic import atomic_file, unwritable_reason
 from ._digest import module_fingerprint, value_digest
 from ._npz import NpzArchive
+from ._regular_file import open_regular_file
 from ._version import __version__
 from .certificates import ABSTAIN, Certificates
 from .statistics import certified_radius, clopper_pearson_lower, first_offender
@@ -250,7 +251,7 @@ def _read(path, parts, n_inputs, every, store, alpha, n_classes):
     regions : dict of str to ndarray
         The recorded region store's arrays (:meth:`RegionStore.to_arrays`).
     """
-    with open(path, "rb") as file:
+    with open_regular_file(path) as file:
         magic = file.read(4)
     if magic != b"PK\x03\x04":  # every .npz is a zip archive; a pickle is never read
         raise _refuse(path, "not a smoothsk certify checkpoint (not an .npz archive; files written by "

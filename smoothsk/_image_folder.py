@@ -30,11 +30,12 @@ import io
 import math
 import os
 import re
-import stat
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
+
+from ._regular_file import open_regular_file
 
 __all__ = ["IMAGE_SUFFIXES", "ImageFolder"]
 
@@ -142,25 +143,17 @@ def _largest_file(input_shape):
 
 
 def _read_regular_file(path, largest):
-    """The bytes of the regular file at ``path``, at most ``largest`` of them; a ``ValueError`` otherwise.
+    """The bytes of the regular file at ``path`` (:func:`open_regular_file`), at most ``largest`` of them.
 
-    A file that is not regular is refused before it is opened; the file is
-    then opened once and checked again through that descriptor, so it cannot
-    be swapped for a pipe or a device between the check and the read (a pipe
-    opened without blocking, and refused). Pillow then reads from memory: a
-    chunk that declares more bytes than the file holds gets what the file
-    holds, so no read allocates more than the file's size.
+    Pillow then reads from memory: a chunk that declares more bytes than the
+    file holds gets what the file holds, so no read allocates more than the
+    file's size.
     """
-    if not stat.S_ISREG(os.stat(path).st_mode):  # not even opened: opening a device can act on it
-        raise ValueError("not a regular file")
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(descriptor, "rb", buffering=0) as file:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            raise ValueError("not a regular file")
-        if status.st_size > largest:
-            raise ValueError(f"{status.st_size} bytes, more than an image of the model's size takes ({largest})")
-        return file.read(status.st_size)  # what it held when checked, whatever it holds now
+    with open_regular_file(path) as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > largest:
+            raise ValueError(f"{size} bytes, more than an image of the model's size takes ({largest})")
+        return file.read(size)  # what it held when checked, whatever it holds now
 
 
 def _is_utf_8(name):

@@ -58,6 +58,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from ._atomic import atomic_file
 from ._module_state import tensor_spec
+from ._regular_file import NotARegularFileError, check_regular_file
 
 __all__ = ["DIGEST_KEY", "DOCUMENT_KEY", "FORMAT_VERSION", "HMAC_KEY", "MAX_NESTING", "MIN_KEY_BYTES", "check_key",
            "read_model_file", "write_model_file"]
@@ -144,8 +145,10 @@ def read_model_file(path, key):
     is refused without reading a value from it. Reading the tensors allocates
     no more than the file's size (safetensors checks every offset against it).
     """
-    if path.is_dir():
-        raise ValueError(f"{path}: it is a directory, not a smoothsk model file.")
+    try:
+        check_regular_file(path)  # safetensors opens the path itself: a FIFO would make it wait for a writer
+    except NotARegularFileError as exc:
+        raise ValueError(f"{path}: it is {exc.kind}, not a smoothsk model file.") from exc
     try:
         with safe_open(path, framework="pt", device="cpu") as file:
             metadata = file.metadata() or {}

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._regular_file import open_regular_file
+
 __all__ = ["ArrayHeader", "NpzArchive", "memory_map_npy", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES",
            "SMALL_MEMBER_BYTES"]
 
@@ -106,7 +108,7 @@ class NpzArchive:
 
     def __init__(self, path):
         try:
-            self._file = open(path, "rb")
+            self._file = open_regular_file(path)
         except OSError as error:
             raise ValueError(f"it cannot be opened ({error.strerror})") from error
         try:
@@ -269,15 +271,31 @@ def memory_map_npy(path):
         One line saying what is wrong (the caller names the file): it cannot be
         opened, is not an ``.npy`` file of format version 1 or 2, has a header
         longer than :data:`MAX_NPY_HEADER_BYTES` or declaring Python objects,
-        declares other than the bytes that follow the header (or none), or
-        changed between the check and the mapping.
+        or declares other than the bytes that follow the header (or none).
     """
     try:
-        with open(path, "rb") as file:
-            magic = file.read(len(_NPY_MAGIC))
-            file.seek(0)
-            header = _read_npy_header(file) if magic == _NPY_MAGIC else None
-            held = os.fstat(file.fileno()).st_size - file.tell()
+        file = open_regular_file(path)
+    except OSError as error:
+        raise ValueError(f"it cannot be read ({error.strerror or error})") from error
+    with file:  # mapped through the descriptor whose header was checked, not the path opened again
+        header, offset = _checked_npy_header(file)
+        try:
+            array = np.memmap(file, dtype=header.dtype, mode="r", offset=offset, shape=header.shape,
+                              order="F" if header.fortran_order else "C")
+        except (OSError, ValueError) as error:
+            raise ValueError(f"it cannot be memory-mapped ({' '.join(str(error).split())})") from error
+    array.filename = os.path.abspath(path)  # what np.load's map names (a descriptor has no name of its own)
+    return array
+
+
+def _checked_npy_header(file):
+    """The ``.npy`` header at the start of ``file``, checked (see :func:`memory_map_npy`), and where its data starts."""
+    try:
+        magic = file.read(len(_NPY_MAGIC))
+        file.seek(0)
+        header = _read_npy_header(file) if magic == _NPY_MAGIC else None
+        offset = file.tell()
+        held = os.fstat(file.fileno()).st_size - offset
     except OSError as error:
         raise ValueError(f"it cannot be read ({error.strerror or error})") from error
     if header is None:
@@ -289,13 +307,7 @@ def memory_map_npy(path):
         raise ValueError(f"it declares {header.nbytes} bytes ({header}) but holds {held} after its header")
     if header.nbytes == 0:
         raise ValueError(f"it holds no values ({header})")
-    try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"it cannot be memory-mapped ({' '.join(str(error).split())})") from error
-    if array.shape != header.shape or array.dtype != header.dtype:
-        raise ValueError(f"it changed while it was read (now {ArrayHeader(array.shape, array.dtype, False)})")
-    return array
+    return header, offset
 
 
 def _read_npy_header(file):

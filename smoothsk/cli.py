@@ -30,6 +30,7 @@ from ._module_state import load_module_state
 from ._npz import NpzArchive, memory_map_npy
 from ._params import Components
 from ._presets import MODULES, PRESETS, TRAINING_SETTINGS, fixed_sigma_preset, preset_params
+from ._regular_file import NotARegularFileError, check_regular_file, open_regular_file
 from ._validation import check_device_available, correct_predictions
 from .allocator import keep_freed_memory
 from .metrics import average_certified_radius, certified_accuracy_curve
@@ -187,7 +188,7 @@ def read_certify_data(path, input_shape):
             raise InputFileError(str(exc)) from exc
         return images, images.labels
     try:
-        with open(path, "rb") as file:
+        with open_regular_file(path) as file:
             magic = file.read(6)
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
@@ -502,9 +503,12 @@ def model_from_weights(args, X):
     with torch.no_grad():  # a lazy layer (flat-mlp) takes its size from one input before the weights are checked
         network.eval()(torch.zeros((1,) + input_shape))
     try:
+        check_regular_file(args.model)  # safetensors opens the path itself: a FIFO would make it wait for a writer
         with safe_open(args.model, framework="pt", device="cpu") as file:
             weights = {name: file.get_tensor(name) for name in file.keys()}
         load_module_state(network, weights, args.model, f"--module {args.module}")
+    except NotARegularFileError as exc:
+        raise InputFileError(f"{args.model}: cannot read it ({exc.strerror}).") from exc
     except (SafetensorError, OSError, ValueError) as exc:
         message = str(exc)
         raise InputFileError(message if str(args.model) in message else f"{args.model}: {message}") from exc

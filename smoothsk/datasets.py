@@ -12,6 +12,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.utils import Bunch, check_random_state
 
+from ._regular_file import open_regular_file
 from .statistics import first_offender
 
 __all__ = ["load_digits_images", "make_heterogeneous_margins", "load_mnist", "load_mnist_protocol", "load_cifar10"]
@@ -119,13 +120,22 @@ MAX_GZIP_RATIO = 256
 
 
 @contextlib.contextmanager
-def _damage_named(path):
-    """A file that cannot be read whole (a truncated or corrupt gzip stream, an I/O error) as a ValueError naming it."""
+def _opened(path):
+    """The regular file at ``path`` opened for reading, inflated if its name ends in ``.gz``.
+
+    A file that cannot be read whole (not a regular file, a truncated or
+    corrupt gzip stream, an I/O error) is a ``ValueError`` naming it.
+    """
     try:
-        yield
+        with open_regular_file(path) as file:
+            if path.suffix != ".gz":
+                yield file
+            else:
+                with gzip.GzipFile(fileobj=file) as inflated:
+                    yield inflated
     except (EOFError, OSError, zlib.error) as error:
-        raise ValueError(f"{path}: cannot be read ({' '.join(str(error).split()) or type(error).__name__}).") \
-            from error
+        why = getattr(error, "strerror", None) or " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(f"{path}: cannot be read ({why}).") from error
 
 
 def _read_idx(path, n_dims):
@@ -135,8 +145,8 @@ def _read_idx(path, n_dims):
     against the file's size (a gzipped file: at most :data:`MAX_GZIP_RATIO`
     times it) before the data is read; then exactly the declared bytes must follow.
     """
-    opener = gzip.open if path.suffix == ".gz" else open
-    with _damage_named(path), opener(path, "rb") as f:
+    gzipped = path.suffix == ".gz"
+    with _opened(path) as f:
         head = f.read(4)
         if head[:3] != b"\x00\x00\x08" or len(head) < 4:
             raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number {head.hex()}).")
@@ -149,10 +159,10 @@ def _read_idx(path, n_dims):
         shape = tuple(int.from_bytes(sizes[4 * i:4 * i + 4], "big") for i in range(n_dims))
         declared, header = math.prod(shape), 4 + 4 * n_dims
         described = f"{path} declares {'x'.join(map(str, shape))} ({declared} bytes)"
-        if opener is gzip.open and declared > MAX_GZIP_RATIO * path.stat().st_size:
+        if gzipped and declared > MAX_GZIP_RATIO * path.stat().st_size:
             raise ValueError(f"{described}, over {MAX_GZIP_RATIO} times the gzipped file's size: refused before "
                              "inflating it (a decompression bomb?).")
-        if opener is open and declared != path.stat().st_size - header:
+        if not gzipped and declared != path.stat().st_size - header:
             raise ValueError(f"{described} but {path.stat().st_size - header} follow its header.")
         data = f.read(declared + 1)
     if len(data) != declared:
@@ -225,9 +235,8 @@ def _read_mnist_csv(path):
     Read as gzipped text, within :data:`MAX_GZIP_RATIO` times the file's size,
     and checked before use: 785 columns of integers 0-255, labels 0-9.
     """
-    opener = gzip.open if path.suffix == ".gz" else open
-    limit = path.stat().st_size * (MAX_GZIP_RATIO if opener is gzip.open else 1)
-    with _damage_named(path), opener(path, "rb") as f:
+    limit = path.stat().st_size * (MAX_GZIP_RATIO if path.suffix == ".gz" else 1)
+    with _opened(path) as f:
         text = f.read(limit + 1)
     if len(text) > limit:
         raise ValueError(f"{path} inflates to over {MAX_GZIP_RATIO} times its size: refused (a decompression bomb?).")
@@ -354,7 +363,7 @@ def _read_cifar_batch(path):
     The file's size is checked before anything is read: a positive whole
     number of records, at most a published batch's 10,000.
     """
-    with open(path, "rb") as f:
+    with _opened(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0 or size % _CIFAR_RECORD or size > _CIFAR_BATCH * _CIFAR_RECORD:
             raise ValueError(f"{path} holds {size} bytes; expected 1 to {_CIFAR_BATCH:,} records of {_CIFAR_RECORD:,} "

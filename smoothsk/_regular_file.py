@@ -1,0 +1,100 @@
+"""Every file smoothsk reads is a regular file: FIFOs, sockets and devices are refused before they are opened.
+
+Opening a FIFO blocks until another process writes to it, and opening a
+device can act on it (a tape rewinds, a terminal is claimed); reading one
+returns what it produces, not what a size check was made against. A path
+that names one (directly or through a symbolic link) is refused from its
+status alone. The file is then opened without blocking and its status
+checked again through that descriptor, so the path cannot be swapped for a
+FIFO between the check and the open: what is read is the regular file that
+was checked, whose size the readers' checks can trust.
+
+Files read by a library from their path (a safetensors model file, an
+``.npy`` file's memory map) are checked by :func:`check_regular_file` first.
+A key file (``--key-file``) is exempt: reading a key from a pipe
+(``--key-file <(pass show key)``) is how keys are kept out of files, and
+at most a key's length is read from it.
+"""
+
+import errno
+import os
+import stat
+
+__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file"]
+
+
+class NotARegularFileError(OSError):
+    """A path names a directory, FIFO, socket or device where a file is read.
+
+    An ``OSError``, as opening the path would raise: every reader already
+    names the file in its message, with ``strerror`` ("not a regular file
+    (a FIFO)"). ``kind`` is what it is ("a FIFO").
+    """
+
+    def __init__(self, path, kind):
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", os.fspath(path))
+        self.kind = kind
+
+
+def _not_regular(mode):
+    """What a file of this ``st_mode`` is, where it is not a regular file; else None."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device"
+
+
+def check_regular_file(path):
+    """Raise an ``OSError`` unless ``path`` names a regular file (after symbolic links).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Raises
+    ------
+    NotARegularFileError
+        It is a directory, FIFO, socket or device.
+    OSError
+        It does not exist or cannot be reached (as ``os.stat`` raises it).
+    """
+    kind = _not_regular(os.stat(path).st_mode)
+    if kind is not None:
+        raise NotARegularFileError(path, kind)
+
+
+def open_regular_file(path):
+    """The regular file at ``path``, open for reading in binary; an ``OSError`` for anything else.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    io.BufferedReader
+        The caller closes it (``with open_regular_file(path) as file:``).
+
+    Raises
+    ------
+    OSError
+        As :func:`check_regular_file`, before the file is opened, or after
+        it was opened, where the path was swapped meanwhile (a
+        :class:`NotARegularFileError`); or as opening it raises.
+    """
+    check_regular_file(path)  # not even opened: opening a device can act on it
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in opens without waiting
+    try:
+        kind = _not_regular(os.fstat(descriptor).st_mode)
+        if kind is not None:
+            raise NotARegularFileError(path, kind)
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise

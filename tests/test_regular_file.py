@@ -1,0 +1,156 @@
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smoothsk._npz import NpzArchive, memory_map_npy
+from smoothsk._regular_file import check_regular_file, open_regular_file
+from smoothsk.cli import main
+from smoothsk.datasets import load_cifar10, load_mnist, load_mnist_protocol
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+
+#: Seconds a reader may take to refuse a FIFO; one that opens it waits for a writer for ever.
+PATIENCE = 10
+
+
+def outcome_without_a_writer(read, fifo):
+    """What ``read()`` returned or raised, failing the test if it blocked on ``fifo`` waiting for a writer.
+
+    The reader runs in a thread; a blocked one is released afterwards by
+    opening the FIFO's write end, so that no thread outlives the test.
+    """
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(read())
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(PATIENCE)
+    blocked = thread.is_alive()
+    if blocked:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the reader gets end of file
+        thread.join(PATIENCE)
+    assert not blocked, f"the reader opened the FIFO {fifo} and waited for a writer"
+    return outcome[0]
+
+
+class TestOpenRegularFile:
+    def test_reads_a_regular_file_and_one_through_a_symbolic_link(self, tmp_path):
+        (tmp_path / "file").write_bytes(b"content")
+        (tmp_path / "link").symlink_to(tmp_path / "file")
+        for name in ("file", "link"):
+            check_regular_file(tmp_path / name)
+            with open_regular_file(tmp_path / name) as file:
+                assert file.read() == b"content"
+
+    @pytest.mark.parametrize("kind", ["a FIFO", "a directory", "a device", "a socket"])
+    def test_anything_else_is_refused_naming_what_it_is(self, tmp_path, kind):
+        path = tmp_path / "special"
+        if kind == "a FIFO":
+            os.mkfifo(path)
+        elif kind == "a directory":
+            path.mkdir()
+        elif kind == "a device":
+            path = Path(os.devnull)
+        else:
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(str(path))
+            server.close()
+        for check in (check_regular_file, open_regular_file):
+            error = outcome_without_a_writer(lambda check=check: check(path), path)
+            assert isinstance(error, OSError) and error.strerror == f"not a regular file ({kind})"
+            assert error.filename == os.fspath(path)
+
+    def test_a_fifo_behind_a_symbolic_link_is_refused(self, tmp_path):
+        os.mkfifo(tmp_path / "fifo")
+        (tmp_path / "link").symlink_to(tmp_path / "fifo")
+        error = outcome_without_a_writer(lambda: open_regular_file(tmp_path / "link"), tmp_path / "fifo")
+        assert isinstance(error, OSError) and "not a regular file (a FIFO)" in str(error)
+
+    def test_a_fifo_swapped_in_after_the_check_is_refused_without_waiting(self, tmp_path, monkeypatch):
+        path = tmp_path / "data"
+        path.write_bytes(b"checked")
+        real_open = os.open
+
+        def swap_then_open(name, flags, *args):
+            os.remove(name)
+            os.mkfifo(name)
+            return real_open(name, flags, *args)
+
+        monkeypatch.setattr(os, "open", swap_then_open)
+        error = outcome_without_a_writer(lambda: open_regular_file(path), path)
+        assert isinstance(error, OSError) and "not a regular file (a FIFO)" in str(error)
+
+
+def fifo_named(folder, name):
+    path = Path(folder) / name
+    os.mkfifo(path)
+    return path
+
+
+class TestEveryReaderRefusesAFifo:
+    """Each file smoothsk reads, named by a FIFO: a one-line error naming it, never a wait for a writer."""
+
+    @pytest.mark.parametrize("reader", [NpzArchive, memory_map_npy])
+    def test_npz_and_npy(self, tmp_path, reader):
+        fifo = fifo_named(tmp_path, "data.npz")
+        error = outcome_without_a_writer(lambda: reader(fifo), fifo)
+        assert isinstance(error, ValueError) and "not a regular file (a FIFO)" in str(error)
+
+    def test_the_data_file_of_the_command_line(self, tmp_path, capsys):
+        fifo = fifo_named(tmp_path, "data.npz")
+        code = outcome_without_a_writer(lambda: main(["fit", str(fifo), "--out", str(tmp_path / "m.safetensors")]),
+                                        fifo)
+        assert code == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and error.startswith(f"smoothsk fit: error: {fifo}: ")
+        assert "not a regular file (a FIFO)" in error
+
+    def test_a_model_file(self, tmp_path):
+        # In a child process: safetensors opens the file holding the GIL, so a thread blocked there blocks the test.
+        fifo = fifo_named(tmp_path, "model.safetensors")
+        load = ("from smoothsk import SampleWiseSmoothedClassifier\n"
+                "try:\n"
+                f"    SampleWiseSmoothedClassifier.load({str(fifo)!r})\n"
+                "except ValueError as error:\n"
+                "    print(error)\n")
+        try:
+            child = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, timeout=PATIENCE)
+        except subprocess.TimeoutExpired:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            pytest.fail(f"loading the FIFO {fifo} waited for a writer")
+        assert child.stdout == f"{fifo}: it is a FIFO, not a smoothsk model file.\n", child.stderr
+
+    @pytest.mark.parametrize("name", ["t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"])
+    def test_mnist_files(self, tmp_path, name):
+        fifo = fifo_named(tmp_path, name)
+        fifo_named(tmp_path, "t10k-labels-idx1-ubyte")
+        error = outcome_without_a_writer(lambda: load_mnist(tmp_path, train=False), fifo)
+        assert isinstance(error, ValueError) and str(error).startswith(f"{fifo}: ")
+        assert "not a regular file (a FIFO)" in str(error)
+
+    def test_the_mnist_protocol_csv(self, tmp_path):
+        images = np.zeros((20, 28, 28), dtype=np.uint8)
+        (tmp_path / "t10k-images-idx3-ubyte").write_bytes(
+            b"\x00\x00\x08\x03" + b"".join(int(s).to_bytes(4, "big") for s in images.shape) + images.tobytes())
+        (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01" + (20).to_bytes(4, "big") + bytes(20))
+        fifo = fifo_named(tmp_path, "mnist_5k.csv.gz")
+        error = outcome_without_a_writer(lambda: load_mnist_protocol(tmp_path), fifo)
+        assert isinstance(error, ValueError) and str(error).startswith(f"{fifo}: ")
+        assert "not a regular file (a FIFO)" in str(error)
+
+    def test_a_cifar_batch(self, tmp_path):
+        fifo = fifo_named(tmp_path, "test_batch.bin")
+        error = outcome_without_a_writer(lambda: load_cifar10(tmp_path, train=False), fifo)
+        assert isinstance(error, ValueError) and "not a regular file (a FIFO)" in str(error)
+        assert str(fifo) in str(error)
