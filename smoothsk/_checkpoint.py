@@ -251,8 +251,11 @@ def _read(path, parts, n_inputs, every, store, alpha, n_classes):
     regions : dict of str to ndarray
         The recorded region store's arrays (:meth:`RegionStore.to_arrays`).
     """
-    with open_regular_file(path) as file:
-        magic = file.read(4)
+    try:
+        with open_regular_file(path) as file:
+            magic = file.read(4)
+    except OSError as error:
+        raise _refuse(path, f"not a readable checkpoint ({error.strerror or error})") from error
     if magic != b"PK\x03\x04":  # every .npz is a zip archive; a pickle is never read
         raise _refuse(path, "not a smoothsk certify checkpoint (not an .npz archive; files written by "
                             "earlier versions are pickles, which are never loaded)")

@@ -7,10 +7,13 @@ that names one (directly or through a symbolic link) is refused from its
 status alone. The file is then opened without blocking and its status
 checked again through that descriptor, so the path cannot be swapped for a
 FIFO between the check and the open: what is read is the regular file that
-was checked, whose size the readers' checks can trust.
+was checked, whose size the readers' checks can trust. An empty file is
+refused too: no reader takes one, and the files of ``/proc`` have size 0
+whatever reading them produces.
 
-Files read by a library from their path (a safetensors model file, an
-``.npy`` file's memory map) are checked by :func:`check_regular_file` first.
+A model file is opened by safetensors from its path: it is checked by
+:func:`check_regular_file` just before, by its status only, so a FIFO renamed
+over it in between (by someone who can write to its folder) is not caught.
 A key file (``--key-file``) is exempt: reading a key from a pipe
 (``--key-file <(pass show key)``) is how keys are kept out of files, and
 at most a key's length is read from it.
@@ -85,16 +88,22 @@ def open_regular_file(path):
     OSError
         As :func:`check_regular_file`, before the file is opened, or after
         it was opened, where the path was swapped meanwhile (a
-        :class:`NotARegularFileError`); or as opening it raises.
+        :class:`NotARegularFileError`); as opening it raises; or where it is
+        empty (``strerror`` "an empty file"): no reader takes an empty file,
+        and the files of ``/proc`` have size 0 whatever reading them gives.
     """
     check_regular_file(path)  # not even opened: opening a device can act on it
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in opens without waiting
+    # A FIFO swapped in opens without waiting, a terminal without becoming the process's controlling one.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
-        kind = _not_regular(os.fstat(descriptor).st_mode)
+        status = os.fstat(descriptor)
+        kind = _not_regular(status.st_mode)
         if kind is not None:
             raise NotARegularFileError(path, kind)
+        if status.st_size == 0:  # no reader takes one; and /proc's files say 0 whatever they produce
+            raise OSError(errno.EINVAL, "an empty file", os.fspath(path))
         os.set_blocking(descriptor, True)
-        return os.fdopen(descriptor, "rb")
     except BaseException:
         os.close(descriptor)
         raise
+    return os.fdopen(descriptor, "rb")  # owns the descriptor from here on, and closes it should it fail

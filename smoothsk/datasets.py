@@ -121,18 +121,22 @@ MAX_GZIP_RATIO = 256
 
 @contextlib.contextmanager
 def _opened(path):
-    """The regular file at ``path`` opened for reading, inflated if its name ends in ``.gz``.
+    """The regular file at ``path`` opened for reading (inflated if its name ends in ``.gz``), and its size.
 
-    A file that cannot be read whole (not a regular file, a truncated or
-    corrupt gzip stream, an I/O error) is a ``ValueError`` naming it.
+    The size is the opened file's, in bytes (compressed), so that the
+    readers' checks hold for the bytes they read whatever the path names
+    meanwhile. A file that cannot be read whole (not a regular file, a
+    truncated or corrupt gzip stream, an I/O error) is a ``ValueError``
+    naming it.
     """
     try:
         with open_regular_file(path) as file:
+            size = os.fstat(file.fileno()).st_size
             if path.suffix != ".gz":
-                yield file
+                yield file, size
             else:
                 with gzip.GzipFile(fileobj=file) as inflated:
-                    yield inflated
+                    yield inflated, size
     except (EOFError, OSError, zlib.error) as error:
         why = getattr(error, "strerror", None) or " ".join(str(error).split()) or type(error).__name__
         raise ValueError(f"{path}: cannot be read ({why}).") from error
@@ -146,7 +150,7 @@ def _read_idx(path, n_dims):
     times it) before the data is read; then exactly the declared bytes must follow.
     """
     gzipped = path.suffix == ".gz"
-    with _opened(path) as f:
+    with _opened(path) as (f, size):
         head = f.read(4)
         if head[:3] != b"\x00\x00\x08" or len(head) < 4:
             raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number {head.hex()}).")
@@ -159,11 +163,11 @@ def _read_idx(path, n_dims):
         shape = tuple(int.from_bytes(sizes[4 * i:4 * i + 4], "big") for i in range(n_dims))
         declared, header = math.prod(shape), 4 + 4 * n_dims
         described = f"{path} declares {'x'.join(map(str, shape))} ({declared} bytes)"
-        if gzipped and declared > MAX_GZIP_RATIO * path.stat().st_size:
+        if gzipped and declared > MAX_GZIP_RATIO * size:
             raise ValueError(f"{described}, over {MAX_GZIP_RATIO} times the gzipped file's size: refused before "
                              "inflating it (a decompression bomb?).")
-        if not gzipped and declared != path.stat().st_size - header:
-            raise ValueError(f"{described} but {path.stat().st_size - header} follow its header.")
+        if not gzipped and declared != size - header:
+            raise ValueError(f"{described} but {size - header} follow its header.")
         data = f.read(declared + 1)
     if len(data) != declared:
         raise ValueError(f"{described} but {'more' if len(data) > declared else len(data)} follow its header.")
@@ -235,8 +239,8 @@ def _read_mnist_csv(path):
     Read as gzipped text, within :data:`MAX_GZIP_RATIO` times the file's size,
     and checked before use: 785 columns of integers 0-255, labels 0-9.
     """
-    limit = path.stat().st_size * (MAX_GZIP_RATIO if path.suffix == ".gz" else 1)
-    with _opened(path) as f:
+    with _opened(path) as (f, size):
+        limit = size * (MAX_GZIP_RATIO if path.suffix == ".gz" else 1)
         text = f.read(limit + 1)
     if len(text) > limit:
         raise ValueError(f"{path} inflates to over {MAX_GZIP_RATIO} times its size: refused (a decompression bomb?).")
@@ -363,8 +367,7 @@ def _read_cifar_batch(path):
     The file's size is checked before anything is read: a positive whole
     number of records, at most a published batch's 10,000.
     """
-    with _opened(path) as f:
-        size = os.fstat(f.fileno()).st_size
+    with _opened(path) as (f, size):
         if size == 0 or size % _CIFAR_RECORD or size > _CIFAR_BATCH * _CIFAR_RECORD:
             raise ValueError(f"{path} holds {size} bytes; expected 1 to {_CIFAR_BATCH:,} records of {_CIFAR_RECORD:,} "
                              "bytes (a label byte, then 3,072 pixel bytes) of CIFAR-10's binary version.")

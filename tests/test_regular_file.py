@@ -1,3 +1,4 @@
+import gzip
 import os
 import socket
 import subprocess
@@ -8,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from smoothsk import datasets
 from smoothsk._npz import NpzArchive, memory_map_npy
 from smoothsk._regular_file import check_regular_file, open_regular_file
 from smoothsk.cli import main
@@ -92,6 +94,12 @@ class TestOpenRegularFile:
         assert isinstance(error, OSError) and "not a regular file (a FIFO)" in str(error)
 
 
+    def test_an_empty_file_is_refused(self, tmp_path):
+        (tmp_path / "empty").write_bytes(b"")
+        with pytest.raises(OSError, match="an empty file"):
+            open_regular_file(tmp_path / "empty")
+
+
 def fifo_named(folder, name):
     path = Path(folder) / name
     os.mkfifo(path)
@@ -154,3 +162,25 @@ class TestEveryReaderRefusesAFifo:
         error = outcome_without_a_writer(lambda: load_cifar10(tmp_path, train=False), fifo)
         assert isinstance(error, ValueError) and "not a regular file (a FIFO)" in str(error)
         assert str(fifo) in str(error)
+
+
+def test_a_gzipped_file_is_bounded_by_the_size_of_the_file_opened_not_of_what_the_path_names_later(tmp_path,
+                                                                                                     monkeypatch):
+    images = tmp_path / "t10k-images-idx3-ubyte.gz"
+    n_images = 20_000  # 15.7 MB of zeros, gzipped to about 15 kB: over the ratio MNIST's files stay within
+    images.write_bytes(gzip.compress(b"\x00\x00\x08\x03" + n_images.to_bytes(4, "big") + (28).to_bytes(4, "big") * 2
+                                     + bytes(n_images * 784)))
+    larger = tmp_path / "larger"
+    with open(larger, "wb") as file:
+        file.truncate(1 << 30)
+
+    def open_then_replace(path):  # another process renames a larger file over the path once it is open
+        opened = open_regular_file(path)
+        os.replace(larger, path)
+        return opened
+
+    write_labels = gzip.compress(b"\x00\x00\x08\x01" + n_images.to_bytes(4, "big") + bytes(n_images))
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(write_labels)
+    monkeypatch.setattr(datasets, "open_regular_file", open_then_replace)
+    with pytest.raises(ValueError, match="over 256 times the gzipped file's size"):
+        datasets.load_mnist(tmp_path, train=False)
