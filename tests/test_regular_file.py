@@ -1,4 +1,3 @@
-import gzip
 import os
 import socket
 import subprocess
@@ -8,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_datasets import write_idx
 
 from smoothsk import datasets
 from smoothsk._npz import NpzArchive, memory_map_npy
@@ -93,7 +93,6 @@ class TestOpenRegularFile:
         error = outcome_without_a_writer(lambda: open_regular_file(path), path)
         assert isinstance(error, OSError) and "not a regular file (a FIFO)" in str(error)
 
-
     def test_an_empty_file_is_refused(self, tmp_path):
         (tmp_path / "empty").write_bytes(b"")
         with pytest.raises(OSError, match="an empty file"):
@@ -148,10 +147,8 @@ class TestEveryReaderRefusesAFifo:
         assert "not a regular file (a FIFO)" in str(error)
 
     def test_the_mnist_protocol_csv(self, tmp_path):
-        images = np.zeros((20, 28, 28), dtype=np.uint8)
-        (tmp_path / "t10k-images-idx3-ubyte").write_bytes(
-            b"\x00\x00\x08\x03" + b"".join(int(s).to_bytes(4, "big") for s in images.shape) + images.tobytes())
-        (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01" + (20).to_bytes(4, "big") + bytes(20))
+        write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((20, 28, 28)))
+        write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(20))
         fifo = fifo_named(tmp_path, "mnist_5k.csv.gz")
         error = outcome_without_a_writer(lambda: load_mnist_protocol(tmp_path), fifo)
         assert isinstance(error, ValueError) and str(error).startswith(f"{fifo}: ")
@@ -166,10 +163,9 @@ class TestEveryReaderRefusesAFifo:
 
 def test_a_gzipped_file_is_bounded_by_the_size_of_the_file_opened_not_of_what_the_path_names_later(tmp_path,
                                                                                                      monkeypatch):
-    images = tmp_path / "t10k-images-idx3-ubyte.gz"
     n_images = 20_000  # 15.7 MB of zeros, gzipped to about 15 kB: over the ratio MNIST's files stay within
-    images.write_bytes(gzip.compress(b"\x00\x00\x08\x03" + n_images.to_bytes(4, "big") + (28).to_bytes(4, "big") * 2
-                                     + bytes(n_images * 784)))
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((n_images, 28, 28)), compress=True)
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(n_images), compress=True)
     larger = tmp_path / "larger"
     with open(larger, "wb") as file:
         file.truncate(1 << 30)
@@ -179,8 +175,6 @@ def test_a_gzipped_file_is_bounded_by_the_size_of_the_file_opened_not_of_what_th
         os.replace(larger, path)
         return opened
 
-    write_labels = gzip.compress(b"\x00\x00\x08\x01" + n_images.to_bytes(4, "big") + bytes(n_images))
-    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(write_labels)
     monkeypatch.setattr(datasets, "open_regular_file", open_then_replace)
     with pytest.raises(ValueError, match="over 256 times the gzipped file's size"):
         datasets.load_mnist(tmp_path, train=False)
