@@ -58,10 +58,10 @@ from safetensors.torch import save as safetensors_bytes
 
 from ._atomic import atomic_file
 from ._module_state import tensor_spec
-from ._regular_file import NotARegularFileError, check_regular_file
+from ._regular_file import NotARegularFileError, regular_file_path
 
 __all__ = ["DIGEST_KEY", "DOCUMENT_KEY", "FORMAT_VERSION", "HMAC_KEY", "MAX_NESTING", "MIN_KEY_BYTES", "check_key",
-           "read_model_file", "write_model_file"]
+           "read_model_file", "read_safetensors", "write_model_file"]
 
 #: Version of the file layout that saving writes and loading reads; any other is refused.
 FORMAT_VERSION = 3
@@ -118,6 +118,45 @@ def write_model_file(path, document, tensors, key=None):
         file.write(content)
 
 
+def read_safetensors(path, expected):
+    """The header and tensors of the safetensors file at ``path``, read from the regular file checked there.
+
+    safetensors opens the file by name: it is given the name of the
+    descriptor :func:`~smoothsk._regular_file.regular_file_path` opened and
+    checked, so a FIFO or another file renamed over ``path`` meanwhile is
+    never what it reads.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    expected : str
+        What the file should be, for the message where it is no file
+        (e.g. "a smoothsk model file").
+
+    Returns
+    -------
+    metadata : dict of str to str
+        The safetensors header's entries.
+    tensors : dict of str to torch.Tensor
+        CPU tensors, by name.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``path``: missing, unreadable, empty, not a regular
+        file, or not safetensors.
+    """
+    try:
+        with regular_file_path(path) as opened, safe_open(opened, framework="pt", device="cpu") as file:
+            return file.metadata() or {}, {name: file.get_tensor(name) for name in file.keys()}
+    except NotARegularFileError as exc:
+        raise ValueError(f"{path}: it is {exc.kind}, not {expected}.") from exc
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
+    except SafetensorError as exc:
+        raise ValueError(f"{path}: not a readable safetensors file ({exc}).") from exc
+
+
 def read_model_file(path, key):
     """The JSON document and tensors of a smoothsk file, authenticated, then checked against its manifest.
 
@@ -145,16 +184,7 @@ def read_model_file(path, key):
     is refused without reading a value from it. Reading the tensors allocates
     no more than the file's size (safetensors checks every offset against it).
     """
-    try:
-        check_regular_file(path)  # safetensors opens the path itself: a FIFO would make it wait for a writer
-    except NotARegularFileError as exc:
-        raise ValueError(f"{path}: it is {exc.kind}, not a smoothsk model file.") from exc
-    try:
-        with safe_open(path, framework="pt", device="cpu") as file:
-            metadata = file.metadata() or {}
-            tensors = {name: file.get_tensor(name) for name in file.keys()}
-    except SafetensorError as exc:
-        raise ValueError(f"{path}: not a readable safetensors file ({exc}).") from exc
+    metadata, tensors = read_safetensors(path, "a smoothsk model file")
     text = metadata.get(DOCUMENT_KEY)
     if text is None or (DIGEST_KEY not in metadata and HMAC_KEY not in metadata):
         raise ValueError(f"{path}: not a smoothsk model file (its safetensors header has no {DOCUMENT_KEY!r} entry "

@@ -11,19 +11,23 @@ was checked, whose size the readers' checks can trust. An empty file is
 refused too: no reader takes one, and the files of ``/proc`` have size 0
 whatever reading them produces.
 
-A model file is opened by safetensors from its path: it is checked by
-:func:`check_regular_file` just before, by its status only, so a FIFO renamed
-over it in between (by someone who can write to its folder) is not caught.
-A key file (``--key-file``) is exempt: reading a key from a pipe
-(``--key-file <(pass show key)``) is how keys are kept out of files, and
-at most a key's length is read from it.
+A library that opens a file by its name itself (safetensors) is given
+:func:`regular_file_path`: the name of the descriptor opened and checked
+here (``/proc/self/fd/N``), which names that file whatever is renamed over
+the path afterwards. A key file (``--key-file``) is exempt: reading a key
+from a pipe (``--key-file <(pass show key)``) is how keys are kept out of
+files, and at most a key's length is read from it.
 """
 
+import contextlib
 import errno
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file"]
+__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file", "regular_file_path"]
+
+#: Folders where a process's open descriptors have names (Linux, then the BSDs and macOS).
+_DESCRIPTOR_FOLDERS = ("/proc/self/fd", "/dev/fd")
 
 
 class NotARegularFileError(OSError):
@@ -107,3 +111,32 @@ def open_regular_file(path):
         os.close(descriptor)
         raise
     return os.fdopen(descriptor, "rb")  # owns the descriptor from here on, and closes it should it fail
+
+
+@contextlib.contextmanager
+def regular_file_path(path):
+    """A name of the regular file at ``path`` as opened now, for a library that opens files by name itself.
+
+    The file is opened and checked by :func:`open_regular_file`; the name
+    yielded is its descriptor's (``/proc/self/fd/N``), valid while the
+    context lasts. Opening that name opens the file checked, even where
+    ``path`` has since been renamed over (by a FIFO, whose open would wait
+    for a writer, or by a larger file). Where the system names no
+    descriptors, ``path`` itself, checked by its status only.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Yields
+    ------
+    str
+
+    Raises
+    ------
+    OSError
+        As :func:`open_regular_file`.
+    """
+    with open_regular_file(path) as file:
+        folder = next((folder for folder in _DESCRIPTOR_FOLDERS if os.path.isdir(folder)), None)
+        yield os.fspath(path) if folder is None else f"{folder}/{file.fileno()}"

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
 from sklearn.base import clone
 
 from . import ABSTAIN, SampleWiseSmoothedClassifier
@@ -25,12 +24,12 @@ from ._atomic import atomic_file, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._image_folder import ImageFolder
-from ._model_file import MIN_KEY_BYTES
+from ._model_file import MIN_KEY_BYTES, read_safetensors
 from ._module_state import load_module_state
 from ._npz import NpzArchive, memory_map_npy
 from ._params import Components
 from ._presets import MODULES, PRESETS, TRAINING_SETTINGS, fixed_sigma_preset, preset_params
-from ._regular_file import NotARegularFileError, check_regular_file, open_regular_file
+from ._regular_file import open_regular_file
 from ._validation import check_device_available, correct_predictions
 from .allocator import keep_freed_memory
 from .metrics import average_certified_radius, certified_accuracy_curve
@@ -503,13 +502,9 @@ def model_from_weights(args, X):
     with torch.no_grad():  # a lazy layer (flat-mlp) takes its size from one input before the weights are checked
         network.eval()(torch.zeros((1,) + input_shape))
     try:
-        check_regular_file(args.model)  # safetensors opens the path itself: a FIFO would make it wait for a writer
-        with safe_open(args.model, framework="pt", device="cpu") as file:
-            weights = {name: file.get_tensor(name) for name in file.keys()}
+        _, weights = read_safetensors(args.model, f"a safetensors file of --module {args.module}'s weights")
         load_module_state(network, weights, args.model, f"--module {args.module}")
-    except NotARegularFileError as exc:
-        raise InputFileError(f"{args.model}: cannot read it ({exc.strerror}).") from exc
-    except (SafetensorError, OSError, ValueError) as exc:
+    except ValueError as exc:
         message = str(exc)
         raise InputFileError(message if str(args.model) in message else f"{args.model}: {message}") from exc
     # A fixed seed: the same command gives the same certificates.

@@ -11,7 +11,7 @@ from test_datasets import write_idx
 
 from smoothsk import datasets
 from smoothsk._npz import NpzArchive, memory_map_npy
-from smoothsk._regular_file import check_regular_file, open_regular_file
+from smoothsk._regular_file import check_regular_file, open_regular_file, regular_file_path
 from smoothsk.cli import main
 from smoothsk.datasets import load_cifar10, load_mnist, load_mnist_protocol
 
@@ -93,6 +93,15 @@ class TestOpenRegularFile:
         error = outcome_without_a_writer(lambda: open_regular_file(path), path)
         assert isinstance(error, OSError) and "not a regular file (a FIFO)" in str(error)
 
+    def test_the_name_handed_to_a_library_opens_the_file_checked_whatever_the_path_names_later(self, tmp_path):
+        path, other = tmp_path / "data", tmp_path / "other"
+        path.write_bytes(b"checked")
+        other.write_bytes(b"renamed over it")
+        with regular_file_path(path) as name:
+            os.replace(other, path)
+            with open(name, "rb") as file:
+                assert file.read() == b"checked"
+
     def test_an_empty_file_is_refused(self, tmp_path):
         (tmp_path / "empty").write_bytes(b"")
         with pytest.raises(OSError, match="an empty file"):
@@ -103,6 +112,35 @@ def fifo_named(folder, name):
     path = Path(folder) / name
     os.mkfifo(path)
     return path
+
+
+#: A child process that reads a model file (``load`` or ``smoothsk certify --module``) with safetensors'
+#: ``safe_open`` replaced so that it first swaps the model file for a FIFO; prints the one-line error.
+MODEL_FILE_CHILD = """
+import os, sys
+import numpy as np
+import safetensors
+model, route = sys.argv[1:]
+real_safe_open = safetensors.safe_open
+
+def swap_then_safe_open(path, *args, **kwargs):
+    os.remove(model)
+    os.mkfifo(model)
+    return real_safe_open(path, *args, **kwargs)
+
+safetensors.safe_open = swap_then_safe_open  # before smoothsk imports it
+from smoothsk import SampleWiseSmoothedClassifier
+from smoothsk.cli import main
+if route == "load":
+    try:
+        SampleWiseSmoothedClassifier.load(model)
+    except ValueError as error:
+        print(error)
+else:
+    np.savez(model + ".npz", X=np.zeros((2, 4), dtype=np.float32))
+    main(["certify", model, model + ".npz", "--module", "flat-mlp", "--classes", "0,1", "--sigma", "0.5",
+          "--out", model + ".csv"])
+"""
 
 
 class TestEveryReaderRefusesAFifo:
@@ -133,10 +171,24 @@ class TestEveryReaderRefusesAFifo:
                 "    print(error)\n")
         try:
             child = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, timeout=PATIENCE)
-        except subprocess.TimeoutExpired:
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except subprocess.TimeoutExpired:  # the child was killed
             pytest.fail(f"loading the FIFO {fifo} waited for a writer")
         assert child.stdout == f"{fifo}: it is a FIFO, not a smoothsk model file.\n", child.stderr
+
+    @pytest.mark.parametrize("route", ["load", "--module"])
+    def test_a_model_file_is_read_as_checked_when_a_fifo_is_swapped_in_before_safetensors_opens_it(self, tmp_path,
+                                                                                                  route):
+        # In a child process: safetensors opens a file holding the GIL, so a thread blocked there blocks the test.
+        model = tmp_path / "model.safetensors"
+        model.write_bytes(b"\x05" * 100)  # the file checked: not safetensors, which is what must be reported
+        try:
+            child = subprocess.run([sys.executable, "-c", MODEL_FILE_CHILD, str(model), route], capture_output=True,
+                                   text=True, timeout=PATIENCE)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"reading the model file {model} waited on the FIFO swapped in for a writer")
+        message = child.stdout if route == "load" else child.stderr.removeprefix("smoothsk certify: error: ")
+        assert message.startswith(f"{model}: ") and message.count("\n") == 1, child.stderr
+        assert "not a readable safetensors file" in message
 
     @pytest.mark.parametrize("name", ["t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"])
     def test_mnist_files(self, tmp_path, name):
