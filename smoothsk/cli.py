@@ -87,6 +87,8 @@ def read_npz(path, require_y):
     try:
         archive = NpzArchive(path)
     except ValueError as exc:
+        if isinstance(exc.__cause__, OSError):  # no file to read (missing, a FIFO, empty): no archive to write
+            raise InputFileError(f"{path}: cannot read it ({exc.__cause__.strerror or exc.__cause__}).") from exc
         message = f"{path}: not a readable .npz file ({exc}); write it with np.savez(path, X=X, y=y)."
         raise InputFileError(message) from exc
     with archive:
