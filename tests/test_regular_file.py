@@ -114,32 +114,43 @@ def fifo_named(folder, name):
     return path
 
 
-#: A child process that reads a model file (``load`` or ``smoothsk certify --module``) with safetensors'
-#: ``safe_open`` replaced so that it first swaps the model file for a FIFO; prints the one-line error.
-MODEL_FILE_CHILD = """
-import os, sys
+#: A child process that reads each model file named in argv (``load`` for ``*-load.safetensors``, ``smoothsk
+#: certify --module`` for ``*-module.safetensors``) and prints ``name<TAB>error`` for each. For ``swap-*`` files,
+#: safetensors' ``safe_open`` first swaps the file for a FIFO (between smoothsk's check and safetensors' open).
+MODEL_FILES_CHILD = """
+import contextlib, io, os, sys
 import numpy as np
 import safetensors
-model, route = sys.argv[1:]
-real_safe_open = safetensors.safe_open
+real_safe_open, swap = safetensors.safe_open, []
 
 def swap_then_safe_open(path, *args, **kwargs):
-    os.remove(model)
-    os.mkfifo(model)
+    if swap:
+        model = swap.pop()
+        os.remove(model)
+        os.mkfifo(model)
     return real_safe_open(path, *args, **kwargs)
 
 safetensors.safe_open = swap_then_safe_open  # before smoothsk imports it
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.cli import main
-if route == "load":
-    try:
-        SampleWiseSmoothedClassifier.load(model)
-    except ValueError as error:
-        print(error)
-else:
-    np.savez(model + ".npz", X=np.zeros((2, 4), dtype=np.float32))
-    main(["certify", model, model + ".npz", "--module", "flat-mlp", "--classes", "0,1", "--sigma", "0.5",
-          "--out", model + ".csv"])
+
+def error_of(model):
+    if model.endswith("-load.safetensors"):
+        try:
+            SampleWiseSmoothedClassifier.load(model)
+        except ValueError as error:
+            return str(error)
+    data = model + ".npz"
+    np.savez(data, X=np.zeros((2, 4), dtype=np.float32))
+    with contextlib.redirect_stderr(io.StringIO()) as stderr:
+        main(["certify", model, data, "--module", "flat-mlp", "--classes", "0,1", "--sigma", "0.5",
+              "--out", model + ".csv"])
+    return stderr.getvalue().removeprefix("smoothsk certify: error: ").removesuffix("\\n")
+
+for model in sys.argv[1:]:
+    if os.path.basename(model).startswith("swap-"):
+        swap.append(model)
+    print(f"{os.path.basename(model)}\\t{error_of(model)}", flush=True)
 """
 
 
@@ -162,34 +173,29 @@ class TestEveryReaderRefusesAFifo:
         assert "not a regular file (a FIFO)" in error
         assert "np.savez" not in error  # how to write an archive does not help with a file that is none
 
-    def test_a_model_file(self, tmp_path):
-        # In a child process: safetensors opens the file holding the GIL, so a thread blocked there blocks the test.
-        fifo = fifo_named(tmp_path, "model.safetensors")
-        load = ("from smoothsk import SampleWiseSmoothedClassifier\n"
-                "try:\n"
-                f"    SampleWiseSmoothedClassifier.load({str(fifo)!r})\n"
-                "except ValueError as error:\n"
-                "    print(error)\n")
-        try:
-            child = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, timeout=PATIENCE)
-        except subprocess.TimeoutExpired:  # the child was killed
-            pytest.fail(f"loading the FIFO {fifo} waited for a writer")
-        assert child.stdout == f"{fifo}: it is a FIFO, not a smoothsk model file.\n", child.stderr
-
-    @pytest.mark.parametrize("route", ["load", "--module"])
-    def test_a_model_file_is_read_as_checked_when_a_fifo_is_swapped_in_before_safetensors_opens_it(self, tmp_path,
-                                                                                                  route):
+    def test_model_files_read_by_load_and_by_certify_module(self, tmp_path):
         # In a child process: safetensors opens a file holding the GIL, so a thread blocked there blocks the test.
-        model = tmp_path / "model.safetensors"
-        model.write_bytes(b"\x05" * 100)  # the file checked: not safetensors, which is what must be reported
+        # A FIFO named as the model file; and a file checked (not safetensors, which is what must be reported)
+        # then swapped for a FIFO before safetensors opens it.
+        for route in ("load", "module"):
+            fifo_named(tmp_path, f"fifo-{route}.safetensors")
+            (tmp_path / f"swap-{route}.safetensors").write_bytes(b"\x05" * 100)
+        models = [str(tmp_path / f"{case}-{route}.safetensors")
+                  for case in ("fifo", "swap") for route in ("load", "module")]
         try:
-            child = subprocess.run([sys.executable, "-c", MODEL_FILE_CHILD, str(model), route], capture_output=True,
-                                   text=True, timeout=PATIENCE)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"reading the model file {model} waited on the FIFO swapped in for a writer")
-        message = child.stdout if route == "load" else child.stderr.removeprefix("smoothsk certify: error: ")
-        assert message.startswith(f"{model}: ") and message.count("\n") == 1, child.stderr
-        assert "not a readable safetensors file" in message
+            child = subprocess.run([sys.executable, "-c", MODEL_FILES_CHILD, *models], capture_output=True, text=True,
+                                   timeout=PATIENCE)
+        except subprocess.TimeoutExpired as killed:
+            pytest.fail(f"reading a model file waited on a FIFO for a writer; read before: {killed.stdout!r}")
+        errors = dict(line.split("\t") for line in child.stdout.splitlines())
+        assert sorted(errors) == sorted(Path(model).name for model in models), child.stderr
+        fifo, swapped = tmp_path / "fifo", tmp_path / "swap"
+        assert errors["fifo-load.safetensors"] == f"{fifo}-load.safetensors: it is a FIFO, not a smoothsk model file."
+        assert errors["fifo-module.safetensors"] == (f"{fifo}-module.safetensors: it is a FIFO, not a safetensors "
+                                                     "file of --module flat-mlp's weights.")
+        for route in ("load", "module"):
+            assert errors[f"swap-{route}.safetensors"].startswith(f"{swapped}-{route}.safetensors: not a readable "
+                                                                 "safetensors file (")
 
     @pytest.mark.parametrize("name", ["t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"])
     def test_mnist_files(self, tmp_path, name):
