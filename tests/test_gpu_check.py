@@ -52,7 +52,7 @@ def test_every_step_runs_at_toy_size(tmp_path):
     summary = (out / "summary.md").read_text()
     assert result.returncode == 0, summary
     assert summary.count(": exit 0 in ") == 5
-    assert "| 100 | 1 | bf16 |" in (out / "cifar.log").read_text()
+    assert "| 20 | 1 | bf16 |" in (out / "cifar.log").read_text()
     assert "| gaussian | 1 |" in (out / "mnist.log").read_text()
     assert "| router-gaussian | per input |" in (out / "router.log").read_text()
 
