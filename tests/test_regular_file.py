@@ -140,6 +140,7 @@ def error_of(model):
             SampleWiseSmoothedClassifier.load(model)
         except ValueError as error:
             return str(error)
+        return "loaded"
     data = model + ".npz"
     np.savez(data, X=np.zeros((2, 4), dtype=np.float32))
     with contextlib.redirect_stderr(io.StringIO()) as stderr:
