@@ -122,7 +122,8 @@ def regular_file_path(path):
     context lasts. Opening that name opens the file checked, even where
     ``path`` has since been renamed over (by a FIFO, whose open would wait
     for a writer, or by a larger file). Where the system names no
-    descriptors, ``path`` itself, checked by its status only.
+    descriptors (or its name is not that file's, as with a ``/proc`` of
+    another process namespace), ``path`` itself, checked by its status only.
 
     Parameters
     ----------
@@ -138,5 +139,14 @@ def regular_file_path(path):
         As :func:`open_regular_file`.
     """
     with open_regular_file(path) as file:
-        folder = next((folder for folder in _DESCRIPTOR_FOLDERS if os.path.isdir(folder)), None)
-        yield os.fspath(path) if folder is None else f"{folder}/{file.fileno()}"
+        opened = os.fstat(file.fileno())
+        yield next((name for name in (f"{folder}/{file.fileno()}" for folder in _DESCRIPTOR_FOLDERS)
+                    if _names(name, opened)), os.fspath(path))
+
+
+def _names(name, status):
+    """Whether ``name`` (after links) is the file of ``status``."""
+    try:
+        return os.path.samestat(os.stat(name), status)
+    except OSError:
+        return False

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from test_datasets import write_idx
 
+from smoothsk import _regular_file as regular_file
 from smoothsk import datasets
 from smoothsk._npz import NpzArchive, memory_map_npy
 from smoothsk._regular_file import check_regular_file, open_regular_file, regular_file_path
@@ -101,6 +102,18 @@ class TestOpenRegularFile:
             os.replace(other, path)
             with open(name, "rb") as file:
                 assert file.read() == b"checked"
+
+    @pytest.mark.parametrize("folders", ["none", "missing", "naming other files"])
+    def test_where_descriptors_have_no_name_the_library_gets_the_path_checked(self, tmp_path, monkeypatch, folders):
+        elsewhere = tmp_path / "fd"  # as a /proc of another process namespace: its names are other files
+        if folders == "naming other files":
+            elsewhere.mkdir()
+            for descriptor in range(1024):
+                (elsewhere / str(descriptor)).write_bytes(b"another file")
+        monkeypatch.setattr(regular_file, "_DESCRIPTOR_FOLDERS", () if folders == "none" else (str(elsewhere),))
+        (tmp_path / "data").write_bytes(b"checked")
+        with regular_file_path(tmp_path / "data") as name:
+            assert name == str(tmp_path / "data")
 
     def test_an_empty_file_is_refused(self, tmp_path):
         (tmp_path / "empty").write_bytes(b"")
