@@ -51,14 +51,16 @@ the document may hold is :mod:`smoothsk._persistence`'s business.
 import hashlib
 import hmac
 import json
+import os
 
+import safetensors.torch
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import save as safetensors_bytes
 
 from ._atomic import atomic_file
 from ._module_state import tensor_spec
-from ._regular_file import NotARegularFileError, regular_file_path
+from ._regular_file import NotARegularFileError, open_regular_file
 
 __all__ = ["DIGEST_KEY", "DOCUMENT_KEY", "FORMAT_VERSION", "HMAC_KEY", "MAX_NESTING", "MIN_KEY_BYTES", "check_key",
            "read_model_file", "read_safetensors", "write_model_file"]
@@ -119,12 +121,15 @@ def write_model_file(path, document, tensors, key=None):
 
 
 def read_safetensors(path, expected):
-    """The header and tensors of the safetensors file at ``path``, read from the regular file checked there.
+    """The header and tensors of the safetensors file at ``path``, read whole from the regular file checked there.
 
-    safetensors opens the file by name: it is given the name of the
-    descriptor :func:`~smoothsk._regular_file.regular_file_path` opened and
-    checked, so a FIFO or another file renamed over ``path`` meanwhile is
-    never what it reads.
+    The file is read into memory through the descriptor
+    :func:`~smoothsk._regular_file.open_regular_file` opened and checked,
+    then parsed from those bytes. So what is parsed is the file that was
+    checked, whatever is renamed over ``path`` meanwhile, and no mapping of
+    the file is left for a writer to shrink under the reader (a mapped file
+    truncated in place kills the process with SIGBUS). Memory: the file's
+    bytes, then the tensors copied out of them; twice its size at most.
 
     Parameters
     ----------
@@ -144,17 +149,26 @@ def read_safetensors(path, expected):
     ------
     ValueError
         One line naming ``path``: missing, unreadable, empty, not a regular
-        file, or not safetensors.
+        file, changed while it was read, or not safetensors.
     """
     try:
-        with regular_file_path(path) as opened, safe_open(opened, framework="pt", device="cpu") as file:
-            return file.metadata() or {}, {name: file.get_tensor(name) for name in file.keys()}
+        with open_regular_file(path) as file:
+            size = os.fstat(file.fileno()).st_size
+            content = file.read(size + 1)  # a byte more than the size checked: a file grown since shows
     except NotARegularFileError as exc:
         raise ValueError(f"{path}: it is {exc.kind}, not {expected}.") from exc
     except OSError as exc:
         raise ValueError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
-    except SafetensorError as exc:
+    if len(content) != size:
+        raise ValueError(f"{path}: it changed while it was read ({size} bytes when opened, {len(content)} read).")
+    try:
+        tensors = safetensors.torch.load(content)
+    except (SafetensorError, KeyError) as exc:  # KeyError: a dtype torch does not have
         raise ValueError(f"{path}: not a readable safetensors file ({exc}).") from exc
+    # safetensors has checked the header: its 8-byte length, then a JSON object whose "__metadata__" (if any)
+    # maps strings to strings.
+    header_size = int.from_bytes(content[:8], "little")
+    return json.loads(content[8:8 + header_size]).get("__metadata__") or {}, tensors
 
 
 def read_model_file(path, key):
@@ -181,8 +195,9 @@ def read_model_file(path, key):
     -----
     The digest (or, under ``key``, the HMAC) is checked over the document's
     bytes and the tensors before the document is parsed: a file that fails it
-    is refused without reading a value from it. Reading the tensors allocates
-    no more than the file's size (safetensors checks every offset against it).
+    is refused without reading a value from it. Reading allocates no more
+    than twice the file's size (:func:`read_safetensors`; safetensors checks
+    every offset against it).
     """
     metadata, tensors = read_safetensors(path, "a smoothsk model file")
     text = metadata.get(DOCUMENT_KEY)

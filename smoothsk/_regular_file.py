@@ -7,27 +7,24 @@ that names one (directly or through a symbolic link) is refused from its
 status alone. The file is then opened without blocking and its status
 checked again through that descriptor, so the path cannot be swapped for a
 FIFO between the check and the open: what is read is the regular file that
-was checked, whose size the readers' checks can trust. An empty file is
+was checked, whose size the readers' checks can trust. (A device swapped in
+between is opened, without blocking and without becoming the process's
+terminal, then refused.) An empty file is
 refused too: no reader takes one, and the files of ``/proc`` have size 0
 whatever reading them produces.
 
-A library that opens a file by its name itself (safetensors) is given
-:func:`regular_file_path`: the name of the descriptor opened and checked
-here (``/proc/self/fd/N``), which names that file whatever is renamed over
-the path afterwards. A key file (``--key-file``) is exempt: reading a key
-from a pipe (``--key-file <(pass show key)``) is how keys are kept out of
-files, and at most a key's length is read from it.
+A model file is read whole through the checked descriptor and parsed from
+memory (safetensors would open it again by name, and map it). A key file
+(``--key-file``) is exempt: reading a key from a pipe (``--key-file <(pass
+show key)``) is how keys are kept out of files, and at most a key's length
+is read from it.
 """
 
-import contextlib
 import errno
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file", "regular_file_path"]
-
-#: Folders where a process's open descriptors have names (Linux, then the BSDs and macOS).
-_DESCRIPTOR_FOLDERS = ("/proc/self/fd", "/dev/fd")
+__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file"]
 
 
 class NotARegularFileError(OSError):
@@ -96,7 +93,7 @@ def open_regular_file(path):
         empty (``strerror`` "an empty file"): no reader takes an empty file,
         and the files of ``/proc`` have size 0 whatever reading them gives.
     """
-    check_regular_file(path)  # not even opened: opening a device can act on it
+    check_regular_file(path)  # a device named here is not even opened: opening one can act on it
     # A FIFO swapped in opens without waiting, a terminal without becoming the process's controlling one.
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
@@ -111,42 +108,3 @@ def open_regular_file(path):
         os.close(descriptor)
         raise
     return os.fdopen(descriptor, "rb")  # owns the descriptor from here on, and closes it should it fail
-
-
-@contextlib.contextmanager
-def regular_file_path(path):
-    """A name of the regular file at ``path`` as opened now, for a library that opens files by name itself.
-
-    The file is opened and checked by :func:`open_regular_file`; the name
-    yielded is its descriptor's (``/proc/self/fd/N``), valid while the
-    context lasts. Opening that name opens the file checked, even where
-    ``path`` has since been renamed over (by a FIFO, whose open would wait
-    for a writer, or by a larger file). Where the system names no
-    descriptors (or its name is not that file's, as with a ``/proc`` of
-    another process namespace), ``path`` itself, checked by its status only.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-
-    Yields
-    ------
-    str
-
-    Raises
-    ------
-    OSError
-        As :func:`open_regular_file`.
-    """
-    with open_regular_file(path) as file:
-        opened = os.fstat(file.fileno())
-        yield next((name for name in (f"{folder}/{file.fileno()}" for folder in _DESCRIPTOR_FOLDERS)
-                    if _names(name, opened)), os.fspath(path))
-
-
-def _names(name, status):
-    """Whether ``name`` (after links) is the file of ``status``."""
-    try:
-        return os.path.samestat(os.stat(name), status)
-    except OSError:
-        return False

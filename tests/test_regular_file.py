@@ -7,14 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import safetensors.torch
+import torch
 from test_datasets import write_idx
 
-from smoothsk import _regular_file as regular_file
-from smoothsk import datasets
+from smoothsk import SampleWiseSmoothedClassifier, datasets
 from smoothsk._npz import NpzArchive, memory_map_npy
-from smoothsk._regular_file import check_regular_file, open_regular_file, regular_file_path
+from smoothsk._regular_file import check_regular_file, open_regular_file
 from smoothsk.cli import main
 from smoothsk.datasets import load_cifar10, load_mnist, load_mnist_protocol
+from smoothsk.models import FlatMLP
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
 
@@ -94,27 +96,6 @@ class TestOpenRegularFile:
         error = outcome_without_a_writer(lambda: open_regular_file(path), path)
         assert isinstance(error, OSError) and "not a regular file (a FIFO)" in str(error)
 
-    def test_the_name_handed_to_a_library_opens_the_file_checked_whatever_the_path_names_later(self, tmp_path):
-        path, other = tmp_path / "data", tmp_path / "other"
-        path.write_bytes(b"checked")
-        other.write_bytes(b"renamed over it")
-        with regular_file_path(path) as name:
-            os.replace(other, path)
-            with open(name, "rb") as file:
-                assert file.read() == b"checked"
-
-    @pytest.mark.parametrize("folders", ["none", "missing", "naming other files"])
-    def test_where_descriptors_have_no_name_the_library_gets_the_path_checked(self, tmp_path, monkeypatch, folders):
-        elsewhere = tmp_path / "fd"  # as a /proc of another process namespace: its names are other files
-        if folders == "naming other files":
-            elsewhere.mkdir()
-            for descriptor in range(1024):
-                (elsewhere / str(descriptor)).write_bytes(b"another file")
-        monkeypatch.setattr(regular_file, "_DESCRIPTOR_FOLDERS", () if folders == "none" else (str(elsewhere),))
-        (tmp_path / "data").write_bytes(b"checked")
-        with regular_file_path(tmp_path / "data") as name:
-            assert name == str(tmp_path / "data")
-
     def test_an_empty_file_is_refused(self, tmp_path):
         (tmp_path / "empty").write_bytes(b"")
         with pytest.raises(OSError, match="an empty file"):
@@ -128,22 +109,48 @@ def fifo_named(folder, name):
 
 
 #: A child process that reads each model file named in argv (``load`` for ``*-load.safetensors``, ``smoothsk
-#: certify --module`` for ``*-module.safetensors``) and prints ``name<TAB>error`` for each. For ``swap-*`` files,
-#: safetensors' ``safe_open`` first swaps the file for a FIFO (between smoothsk's check and safetensors' open).
+#: certify --module`` for ``*-module.safetensors``) and prints ``name<TAB>error`` for each. A ``swap-*`` file is
+#: swapped for a FIFO, a ``truncate-*`` file cut to 1,000 bytes in place, as soon as smoothsk has opened it (or,
+#: should it hand safetensors the name instead, a FIFO before safetensors opens it, a cut once it has mapped it).
 MODEL_FILES_CHILD = """
 import contextlib, io, os, sys
 import numpy as np
 import safetensors
-real_safe_open, swap = safetensors.safe_open, []
+real_safe_open, real_fdopen, pending = safetensors.safe_open, os.fdopen, []
 
-def swap_then_safe_open(path, *args, **kwargs):
-    if swap:
-        model = swap.pop()
+def tamper():
+    model = pending.pop()
+    if os.path.basename(model).startswith("swap-"):
         os.remove(model)
         os.mkfifo(model)
-    return real_safe_open(path, *args, **kwargs)
+    else:
+        os.truncate(model, 1000)
 
-safetensors.safe_open = swap_then_safe_open  # before smoothsk imports it
+def fdopen_then_tamper(descriptor, *args, **kwargs):
+    file = real_fdopen(descriptor, *args, **kwargs)
+    if pending and os.fstat(descriptor).st_ino == os.stat(pending[-1]).st_ino:
+        tamper()
+    return file
+
+class TamperedOnEntry:
+    def __init__(self, file):
+        self.file = file
+
+    def __enter__(self):
+        entered = self.file.__enter__()
+        if pending:
+            tamper()  # once it has mapped the file
+        return entered
+
+    def __exit__(self, *exc_info):
+        return self.file.__exit__(*exc_info)
+
+def tamper_around_safe_open(path, *args, **kwargs):
+    if pending and os.path.basename(pending[-1]).startswith("swap-"):
+        tamper()  # before it opens the path
+    return TamperedOnEntry(real_safe_open(path, *args, **kwargs))
+
+os.fdopen, safetensors.safe_open = fdopen_then_tamper, tamper_around_safe_open  # before smoothsk imports them
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.cli import main
 
@@ -162,8 +169,8 @@ def error_of(model):
     return stderr.getvalue().removeprefix("smoothsk certify: error: ").removesuffix("\\n")
 
 for model in sys.argv[1:]:
-    if os.path.basename(model).startswith("swap-"):
-        swap.append(model)
+    if not os.path.basename(model).startswith("fifo-"):
+        pending.append(model)
     print(f"{os.path.basename(model)}\\t{error_of(model)}", flush=True)
 """
 
@@ -188,28 +195,38 @@ class TestEveryReaderRefusesAFifo:
         assert "np.savez" not in error  # how to write an archive does not help with a file that is none
 
     def test_model_files_read_by_load_and_by_certify_module(self, tmp_path):
-        # In a child process: safetensors opens a file holding the GIL, so a thread blocked there blocks the test.
-        # A FIFO named as the model file; and a file checked (not safetensors, which is what must be reported)
-        # then swapped for a FIFO before safetensors opens it.
+        # In a child process: safetensors opens a file holding the GIL, so a thread blocked there blocks the test,
+        # and a mapped file truncated in place kills the process. A FIFO named as the model file; a file checked
+        # (not safetensors, which is what must be reported) then swapped for a FIFO; a model file and a weights file
+        # then cut short in place by its writer (both read in whole, to compute the digest or copy the weights).
+        cases = ("fifo", "swap", "truncate")
         for route in ("load", "module"):
             fifo_named(tmp_path, f"fifo-{route}.safetensors")
             (tmp_path / f"swap-{route}.safetensors").write_bytes(b"\x05" * 100)
-        models = [str(tmp_path / f"{case}-{route}.safetensors")
-                  for case in ("fifo", "swap") for route in ("load", "module")]
+        network, wide = FlatMLP(n_classes=2), FlatMLP(n_classes=2, hidden=4096)  # 2 kB and 100 kB of weights
+        for module in (network, wide):
+            module(torch.zeros(1, 4))  # the child's data: inputs of 4 features
+        safetensors.torch.save_file({name: value.contiguous() for name, value in network.state_dict().items()},
+                                    tmp_path / "truncate-module.safetensors")
+        SampleWiseSmoothedClassifier.from_module(wide, input_shape=(4,), classes=[0, 1]).save(
+            tmp_path / "truncate-load.safetensors")
+        models = [str(tmp_path / f"{case}-{route}.safetensors") for case in cases for route in ("load", "module")]
         try:
             child = subprocess.run([sys.executable, "-c", MODEL_FILES_CHILD, *models], capture_output=True, text=True,
                                    timeout=PATIENCE)
         except subprocess.TimeoutExpired as killed:
             pytest.fail(f"reading a model file waited on a FIFO for a writer; read before: {killed.stdout!r}")
-        errors = dict(line.split("\t") for line in child.stdout.splitlines())
+        assert child.returncode == 0, (child.returncode, child.stdout, child.stderr)
+        errors = dict(line.split("\t") for line in child.stdout.splitlines() if "\t" in line)
         assert sorted(errors) == sorted(Path(model).name for model in models), child.stderr
-        fifo, swapped = tmp_path / "fifo", tmp_path / "swap"
+        fifo = tmp_path / "fifo"
         assert errors["fifo-load.safetensors"] == f"{fifo}-load.safetensors: it is a FIFO, not a smoothsk model file."
         assert errors["fifo-module.safetensors"] == (f"{fifo}-module.safetensors: it is a FIFO, not a safetensors "
                                                      "file of --module flat-mlp's weights.")
-        for route in ("load", "module"):
-            assert errors[f"swap-{route}.safetensors"].startswith(f"{swapped}-{route}.safetensors: not a readable "
-                                                                 "safetensors file (")
+        for case in ("swap", "truncate"):
+            for route in ("load", "module"):
+                model = tmp_path / f"{case}-{route}.safetensors"
+                assert errors[model.name].startswith(f"{model}: not a readable safetensors file ("), errors[model.name]
 
     @pytest.mark.parametrize("name", ["t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"])
     def test_mnist_files(self, tmp_path, name):
