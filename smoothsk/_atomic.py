@@ -1,15 +1,33 @@
 """Files written whole or not at all: a temporary file in the target's folder, flushed, then renamed over it."""
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_file", "unwritable_reason"]
+__all__ = ["atomic_file", "resolved", "unwritable_reason"]
 
 #: Why an existing file that is not a regular file is never written (:func:`unwritable_reason`).
 NOT_REGULAR = "it is not a regular file (a device, FIFO or socket)"
+
+
+def resolved(path):
+    """``Path(path).resolve()``, but a loop of symbolic links is an ``OSError`` naming ``path``.
+
+    Python 3.11 and 3.12 raise a ``RuntimeError`` there (3.13 an
+    ``OSError``); every caller reports ``OSError`` in one line.
+
+    Raises
+    ------
+    OSError
+        ``errno.ELOOP``, "a symbolic link loop".
+    """
+    try:
+        return Path(path).resolve()
+    except RuntimeError as error:
+        raise OSError(errno.ELOOP, "a symbolic link loop", os.fspath(path)) from error
 
 
 def _umask():
@@ -44,26 +62,30 @@ def unwritable_reason(path):
     Returns
     -------
     str or None
-        ``"it is a directory"``, :data:`NOT_REGULAR` (an existing device
-        node, FIFO or socket: ``/dev/stdout`` on a terminal), or that the
+        ``"it is a directory"``, ``"it is a symbolic link loop"``,
+        :data:`NOT_REGULAR` (an existing device node, FIFO or socket:
+        ``/dev/stdout`` on a terminal), or that the
         folder it would be written in (a symbolic link's target's) does not
         exist, is not a directory or is not writable.
     """
     path = Path(path)
     if path.is_dir():
         return "it is a directory"
-    resolved = path.resolve()
     try:
-        _existing(resolved)
+        target = resolved(path)
+    except OSError as error:
+        return f"it is {error.strerror}"
+    try:
+        _existing(target)
     except ValueError:
         return NOT_REGULAR
-    folder = resolved.parent
+    folder = target.parent
     if not folder.exists():
         return f"its folder {str(folder)!r} does not exist"
     if not folder.is_dir():
         return f"{str(folder)!r} is not a directory"
     try:
-        handle, probe = tempfile.mkstemp(prefix=resolved.name + ".", suffix=".tmp", dir=folder)
+        handle, probe = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=folder)
     except OSError as error:
         return f"its folder {str(folder)!r} is not writable (creating a file there failed: {error.strerror})"
     os.close(handle)
@@ -102,7 +124,7 @@ def atomic_file(path, mode="wb", **open_kwargs):
         Before anything is written, where ``path`` is an existing file that
         is not a regular file (a device node, FIFO or socket).
     """
-    path = Path(path).resolve()  # a symbolic link: its target is replaced, in the target's folder
+    path = resolved(path)  # a symbolic link: its target is replaced, in the target's folder
     existing = _existing(path)
     handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:

@@ -53,12 +53,11 @@ import json
 import os
 import reprlib
 from numbers import Integral
-from pathlib import Path
 
 import joblib
 import numpy as np
 
-from ._atomic import atomic_file, unwritable_reason
+from ._atomic import atomic_file, resolved, unwritable_reason
 from ._digest import module_fingerprint, value_digest
 from ._npz import NpzArchive
 from ._regular_file import open_regular_file
@@ -131,7 +130,7 @@ def check_path(checkpoint):
     reason = unwritable_reason(checkpoint)
     if reason is not None:
         raise ValueError(f"checkpoint {str(checkpoint)!r} cannot be written: {reason}.")
-    return Path(checkpoint).resolve()
+    return resolved(checkpoint)
 
 
 def _hash_arrays(named_arrays):

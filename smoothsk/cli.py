@@ -13,14 +13,13 @@ import os
 import reprlib
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 from sklearn.base import clone
 
 from . import ABSTAIN, SampleWiseSmoothedClassifier
-from ._atomic import atomic_file, unwritable_reason
+from ._atomic import atomic_file, resolved, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._image_folder import ImageFolder
@@ -246,7 +245,7 @@ def check_distinct(files, may_coincide=()):
     for role, path in files:
         if path is None:
             continue
-        first = seen.setdefault(Path(path).resolve(), role)
+        first = seen.setdefault(resolved(path), role)
         if first != role and (first, role) not in may_coincide:
             raise InputFileError(f"{role} {path}: the same file as {first}; give another path.")
 

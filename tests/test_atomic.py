@@ -107,3 +107,12 @@ def test_a_folder_no_file_can_be_created_in_is_refused_up_front():
         os.close(read_end)
         os.close(write_end)
     assert reason is not None and "is not writable (creating a file there failed" in reason
+
+
+def test_a_symbolic_link_loop_is_an_os_error_naming_it_not_a_runtime_error(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert unwritable_reason(loop) == "it is a symbolic link loop"
+    with pytest.raises(OSError, match="a symbolic link loop") as error, atomic_file(loop) as file:
+        file.write(b"never")
+    assert error.value.filename == str(loop)

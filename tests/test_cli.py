@@ -535,6 +535,23 @@ def test_two_options_naming_one_file_are_refused_before_any_work(case, npz_data,
     assert {path: path.read_bytes() for path in copies.values()} == before
 
 
+@pytest.mark.parametrize("role", ["the model", "the data", "--out", "--checkpoint", "fit --out"])
+def test_a_symbolic_link_loop_is_refused_in_one_line_naming_it(role, npz_data, tmp_path, capsys, monkeypatch):
+    _, _, data, model = npz_data
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    forbid(monkeypatch, SampleWiseSmoothedClassifier, "fit" if role == "fit --out" else "certify",
+           "worked before checking the paths")
+    paths = {"the model": model, "the data": data, "--out": tmp_path / "c.csv", "--checkpoint": tmp_path / "run.ckpt",
+             role: loop}
+    argv = (["fit", str(data), "--out", str(loop), "--epochs", "1"] if role == "fit --out" else
+            ["certify", str(paths["the model"]), str(paths["the data"]), "--out", str(paths["--out"]),
+             "--checkpoint", str(paths["--checkpoint"])])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(loop) in err and "symbolic link loop" in err, err
+
+
 class TestKeyFile:
     def test_a_keyed_model_certifies_only_with_its_key(self, npz_data, tmp_path, capsys):
         X, y, data, _ = npz_data
