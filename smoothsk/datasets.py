@@ -365,10 +365,11 @@ def _read_cifar_batch(path):
     """Labels (uint8) and pixels (uint8, shape (n, 3, 32, 32)) of one batch file of the binary version.
 
     The file's size is checked before anything is read: a positive whole
-    number of records, at most a published batch's 10,000.
+    number of records (an empty file is refused on opening), at most a
+    published batch's 10,000.
     """
     with _opened(path) as (f, size):
-        if size == 0 or size % _CIFAR_RECORD or size > _CIFAR_BATCH * _CIFAR_RECORD:
+        if size % _CIFAR_RECORD or size > _CIFAR_BATCH * _CIFAR_RECORD:
             raise ValueError(f"{path} holds {size} bytes; expected 1 to {_CIFAR_BATCH:,} records of {_CIFAR_RECORD:,} "
                              "bytes (a label byte, then 3,072 pixel bytes) of CIFAR-10's binary version.")
         records = np.frombuffer(f.read(size), dtype=np.uint8).reshape(-1, _CIFAR_RECORD)
