@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ._regular_file import open_regular_file
+from ._regular_file import read_regular_file
 
 __all__ = ["IMAGE_SUFFIXES", "ImageFolder"]
 
@@ -118,7 +118,8 @@ class ImageFolder:
         path = self.files[index]
         channels, height, width = self.input_shape
         try:
-            content = _read_regular_file(path, _largest_file(self.input_shape))
+            # Pillow reads from memory: a chunk declaring more bytes than the file holds gets what it holds.
+            content = read_regular_file(path, _largest_file(self.input_shape))
             with Image.open(io.BytesIO(content), formats=_FORMATS) as image:  # reads the header only
                 if image.mode not in _EIGHT_BIT_MODES:
                     raise ValueError(f"mode {image.mode}, not 8 bits per channel")
@@ -140,20 +141,6 @@ def _largest_file(input_shape):
     metadata (an ICC profile, text) and for incompressible noise.
     """
     return max(16 * math.prod(input_shape), 1 << 20)
-
-
-def _read_regular_file(path, largest):
-    """The bytes of the regular file at ``path`` (:func:`open_regular_file`), at most ``largest`` of them.
-
-    Pillow then reads from memory: a chunk that declares more bytes than the
-    file holds gets what the file holds, so no read allocates more than the
-    file's size.
-    """
-    with open_regular_file(path) as file:
-        size = os.fstat(file.fileno()).st_size
-        if size > largest:
-            raise ValueError(f"{size} bytes, more than an image of the model's size takes ({largest})")
-        return file.read(size)  # what it held when checked, whatever it holds now
 
 
 def _is_utf_8(name):

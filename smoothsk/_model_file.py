@@ -51,7 +51,6 @@ the document may hold is :mod:`smoothsk._persistence`'s business.
 import hashlib
 import hmac
 import json
-import os
 
 import safetensors.torch
 import torch
@@ -60,7 +59,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from ._atomic import atomic_file
 from ._module_state import tensor_spec
-from ._regular_file import NotARegularFileError, open_regular_file
+from ._regular_file import NotARegularFileError, read_regular_file
 
 __all__ = ["DIGEST_KEY", "DOCUMENT_KEY", "FORMAT_VERSION", "HMAC_KEY", "MAX_NESTING", "MIN_KEY_BYTES", "check_key",
            "read_model_file", "read_safetensors", "write_model_file"]
@@ -124,7 +123,7 @@ def read_safetensors(path, expected):
     """The header and tensors of the safetensors file at ``path``, read whole from the regular file checked there.
 
     The file is read into memory through the descriptor
-    :func:`~smoothsk._regular_file.open_regular_file` opened and checked,
+    :func:`~smoothsk._regular_file.read_regular_file` opened and checked,
     then parsed from those bytes. So what is parsed is the file that was
     checked, whatever is renamed over ``path`` meanwhile, and no mapping of
     the file is left for a writer to shrink under the reader (a mapped file
@@ -152,15 +151,11 @@ def read_safetensors(path, expected):
         file, changed while it was read, or not safetensors.
     """
     try:
-        with open_regular_file(path) as file:
-            size = os.fstat(file.fileno()).st_size
-            content = file.read(size + 1)  # a byte more than the size checked: a file grown since shows
+        content = read_regular_file(path)
     except NotARegularFileError as exc:
         raise ValueError(f"{path}: it is {exc.kind}, not {expected}.") from exc
     except OSError as exc:
         raise ValueError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
-    if len(content) != size:
-        raise ValueError(f"{path}: it changed while it was read ({size} bytes when opened, {len(content)} read).")
     try:
         tensors = safetensors.torch.load(content)
     except (SafetensorError, KeyError) as exc:  # KeyError: a dtype torch does not have

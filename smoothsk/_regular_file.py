@@ -13,8 +13,11 @@ terminal, then refused.) An empty file is
 refused too: no reader takes one, and the files of ``/proc`` have size 0
 whatever reading them produces.
 
-A model file is read whole through the checked descriptor and parsed from
-memory (safetensors would open it again by name, and map it). A key file
+Files parsed from memory (model files, images) are read whole through the
+checked descriptor by :func:`read_regular_file`, which refuses a file larger
+than its reader takes before allocating for it, and a file that changed
+while it was read (safetensors would open a model file again by name, and
+map it; Pillow would seek in a file as it pleases). A key file
 (``--key-file``) is exempt: reading a key from a pipe (``--key-file <(pass
 show key)``) is how keys are kept out of files, and at most a key's length
 is read from it.
@@ -24,7 +27,7 @@ import errno
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file"]
+__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file", "read_regular_file"]
 
 
 class NotARegularFileError(OSError):
@@ -108,3 +111,41 @@ def open_regular_file(path):
         os.close(descriptor)
         raise
     return os.fdopen(descriptor, "rb")  # owns the descriptor from here on, and closes it should it fail
+
+
+def read_regular_file(path, largest=None):
+    """The bytes of the regular file at ``path``, read whole through the descriptor :func:`open_regular_file` checked.
+
+    What is returned is the file that was checked, whatever is renamed over
+    ``path`` meanwhile; a file that grew or shrank while it was read is
+    refused, so the bytes are what its size said when it was opened. No
+    more than the file's size (at most ``largest``) is allocated.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    largest : int, optional
+        The most bytes the caller takes; a larger file is refused before it
+        is read.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    OSError
+        As :func:`open_regular_file`; ``strerror`` "N bytes, more than the
+        L a file of its kind may take" (``errno.EFBIG``) for a file above ``largest``, or "changed
+        while it was read: ..." (``errno.EIO``).
+    """
+    with open_regular_file(path) as file:
+        size = os.fstat(file.fileno()).st_size
+        if largest is not None and size > largest:
+            raise OSError(errno.EFBIG, f"{size} bytes, more than the {largest} a file of its kind may take",
+                          os.fspath(path))
+        content = file.read(size + 1)  # a byte more than the size checked: a file grown since shows
+    if len(content) != size:
+        raise OSError(errno.EIO, f"changed while it was read: {size} bytes when opened, {len(content)} read",
+                      os.fspath(path))
+    return content

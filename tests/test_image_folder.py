@@ -171,6 +171,23 @@ class TestHostileFiles:
             tracemalloc.stop()
         assert peak < 1 << 20, peak
 
+    def test_a_file_larger_than_an_image_of_the_models_size_is_refused_before_it_is_read(self, tmp_path):
+        # A valid 2x2 PNG followed by 2 MiB of other bytes: over the 1 MiB a small image's file may take.
+        buffer = io.BytesIO()
+        Image.fromarray(np.zeros((2, 2), np.uint8)).save(buffer, "PNG")
+        path = tmp_path / "a" / "x.png"
+        path.parent.mkdir()
+        path.write_bytes(buffer.getvalue() + bytes(2 << 20))
+        images = ImageFolder(tmp_path, (1, 2, 2))
+        tracemalloc.start()
+        try:
+            with pytest.raises(ValueError, match="bytes, more than the 1048576 a file of its kind may take") as error:
+                images[0]
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert str(error.value).startswith(f"{path}: ") and peak < 1 << 20, peak
+
     @pytest.mark.parametrize("image_format", ["PNG", "JPEG"])
     def test_any_damaged_byte_is_read_or_refused_with_a_value_error(self, tmp_path, image_format):
         buffer = io.BytesIO()

@@ -3,6 +3,7 @@ import socket
 import subprocess
 import sys
 import threading
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,9 @@ import safetensors.torch
 import torch
 from test_datasets import write_idx
 
-from smoothsk import SampleWiseSmoothedClassifier, datasets
+from smoothsk import SampleWiseSmoothedClassifier, _regular_file, datasets
 from smoothsk._npz import NpzArchive, memory_map_npy
-from smoothsk._regular_file import check_regular_file, open_regular_file
+from smoothsk._regular_file import check_regular_file, open_regular_file, read_regular_file
 from smoothsk.cli import main
 from smoothsk.datasets import load_cifar10, load_mnist, load_mnist_protocol
 from smoothsk.models import FlatMLP
@@ -268,3 +269,54 @@ def test_a_gzipped_file_is_bounded_by_the_size_of_the_file_opened_not_of_what_th
     monkeypatch.setattr(datasets, "open_regular_file", open_then_replace)
     with pytest.raises(ValueError, match="over 256 times the gzipped file's size"):
         datasets.load_mnist(tmp_path, train=False)
+
+
+class TestReadRegularFile:
+    def test_the_bytes_of_the_file_are_returned(self, tmp_path):
+        (tmp_path / "file").write_bytes(b"\x00smoothsk\xff")
+        assert read_regular_file(tmp_path / "file") == b"\x00smoothsk\xff"
+        assert read_regular_file(tmp_path / "file", largest=10) == b"\x00smoothsk\xff"
+
+    def test_a_file_over_largest_is_refused_before_anything_is_allocated_for_it(self, tmp_path):
+        with open(tmp_path / "sparse", "wb") as file:
+            file.truncate(1 << 30)
+        tracemalloc.start()
+        try:
+            with pytest.raises(OSError, match="1073741824 bytes, more than the 4096 a file of its kind may take"):
+                read_regular_file(tmp_path / "sparse", largest=4096)
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert peak < 1 << 20, peak
+
+    @pytest.mark.parametrize("change, read", [(b"more", 104), (None, 50)])
+    def test_a_file_that_grows_or_shrinks_once_opened_is_refused(self, tmp_path, monkeypatch, change, read):
+        path = tmp_path / "file"
+        path.write_bytes(bytes(100))
+
+        class ChangedOnRead:  # another process writes to the file in place between its status and the read
+            def __init__(self, name):
+                self.file = open_regular_file(name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.file.close()
+
+            def fileno(self):
+                return self.file.fileno()
+
+            def read(self, size):
+                with open(path, "r+b") as file:
+                    if change is None:
+                        file.truncate(50)
+                    else:
+                        file.seek(0, os.SEEK_END)
+                        file.write(change)
+                return self.file.read(size)
+
+        monkeypatch.setattr(_regular_file, "open_regular_file", ChangedOnRead)
+        expected = f"changed while it was read: 100 bytes when opened, {min(read, 101)} read"
+        with pytest.raises(OSError, match=expected):
+            read_regular_file(path)
