@@ -260,6 +260,8 @@ def _read(path, parts, n_inputs, every, store, alpha, n_classes):
                             "earlier versions are pickles, which are never loaded)")
     try:
         archive = NpzArchive(path)
+    except OSError as error:  # gone, or swapped, since its magic was read
+        raise _refuse(path, f"not a readable checkpoint ({error.strerror or error})") from error
     except ValueError as error:
         raise _refuse(path, f"not a smoothsk certify checkpoint ({error})") from error
     with archive:

@@ -96,9 +96,11 @@ class NpzArchive:
 
     Raises
     ------
+    OSError
+        Where the file cannot be opened, as :func:`~smoothsk._regular_file.open_regular_file` raises it
+        (missing, not a regular file, empty).
     ValueError
-        Where the file cannot be opened, is a single ``.npy`` array or is not
-        a zip archive.
+        Where it is a single ``.npy`` array or not a zip archive.
 
     Attributes
     ----------
@@ -107,10 +109,7 @@ class NpzArchive:
     """
 
     def __init__(self, path):
-        try:
-            self._file = open_regular_file(path)
-        except OSError as error:
-            raise ValueError(f"it cannot be opened ({error.strerror})") from error
+        self._file = open_regular_file(path)
         try:
             self._zip = self._open_zip()
         except BaseException:
@@ -267,16 +266,15 @@ def memory_map_npy(path):
 
     Raises
     ------
+    OSError
+        Where the file cannot be opened, as :func:`~smoothsk._regular_file.open_regular_file` raises it.
     ValueError
-        One line saying what is wrong (the caller names the file): it cannot be
-        opened, is not an ``.npy`` file of format version 1 or 2, has a header
+        One line saying what is wrong (the caller names the file): it is
+        not an ``.npy`` file of format version 1 or 2, has a header
         longer than :data:`MAX_NPY_HEADER_BYTES` or declaring Python objects,
         or declares other than the bytes that follow the header (or none).
     """
-    try:
-        file = open_regular_file(path)
-    except OSError as error:
-        raise ValueError(f"it cannot be read ({error.strerror or error})") from error
+    file = open_regular_file(path)
     with file:  # mapped through the descriptor whose header was checked, not the path opened again
         header, offset = _checked_npy_header(file)
         try:

@@ -85,9 +85,9 @@ def read_npz(path, require_y):
     """
     try:
         archive = NpzArchive(path)
+    except OSError as exc:  # no file to read (missing, a FIFO, empty): no archive to write
+        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
     except ValueError as exc:
-        if isinstance(exc.__cause__, OSError):  # no file to read (missing, a FIFO, empty): no archive to write
-            raise InputFileError(f"{path}: cannot read it ({exc.__cause__.strerror or exc.__cause__}).") from exc
         message = f"{path}: not a readable .npz file ({exc}); write it with np.savez(path, X=X, y=y)."
         raise InputFileError(message) from exc
     with archive:
@@ -141,11 +141,13 @@ def read_npy(path):
     Raises
     ------
     InputFileError
-        Naming ``path``: an ``.npy`` header it refuses, or ``X`` not floats
-        of shape (n_inputs, *input_shape).
+        Naming ``path``: a file it cannot read, an ``.npy`` header it
+        refuses, or ``X`` not floats of shape (n_inputs, *input_shape).
     """
     try:
         X = memory_map_npy(path)
+    except OSError as exc:  # gone, or swapped, since its magic was read
+        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
     except ValueError as exc:
         raise InputFileError(f"{path}: not a readable .npy file ({exc}); write it with np.save(path, X).") from exc
     if X.dtype.kind != "f" or X.ndim < 2:

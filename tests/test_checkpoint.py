@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification, _checkpoint
 from smoothsk._checkpoint import parameters_digest
+from smoothsk._npz import NpzArchive
 from smoothsk.regions import MemoryAllocator, OnlineBallAllocator, TransductiveLPAllocator
 from smoothsk.sampling import FixedSampler, InputSpecificSampler, SequentialSampler
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, MultiStartFGSS, SemiElasticSigma
@@ -337,6 +338,20 @@ class TestFileSafety:
         with pytest.raises(ValueError, match="not a smoothsk certify checkpoint.*delete"):
             clf.certify(X, checkpoint=path, checkpoint_every=10)
         assert path.read_bytes() == truncated
+
+    def test_a_checkpoint_swapped_for_a_fifo_once_its_magic_was_read_is_refused_unread(self, make_clf, tmp_path,
+                                                                                       monkeypatch):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+
+        def swapped_first(name):  # another process renames a FIFO over the checkpoint between the two opens
+            os.mkfifo(tmp_path / "fifo")
+            os.replace(tmp_path / "fifo", name)
+            return NpzArchive(name)
+
+        monkeypatch.setattr(_checkpoint, "NpzArchive", swapped_first)
+        with pytest.raises(ValueError, match=r"is not a readable checkpoint \(not a regular file \(a FIFO\)\); delete"):
+            clf.certify(X, checkpoint=path, checkpoint_every=10)
 
     def test_checkpoint_is_arrays_and_a_json_header(self, make_clf, tmp_path):
         clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification
+from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification, cli
+from smoothsk._npz import memory_map_npy
 from smoothsk.cli import SUMMARY_RADII, build_parser, main
 from smoothsk.models import FlatMLP, Normalized
 from smoothsk.regions import OnlineBallAllocator
@@ -429,6 +430,22 @@ class TestOtherInputs:
         assert main(["certify", str(model), str(path), "--out", str(tmp_path / "c.csv")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(path) in err and words in err
+
+    def test_an_npy_gone_once_its_magic_was_read_is_a_file_that_cannot_be_read(self, npz_data, tmp_path, capsys,
+                                                                                 monkeypatch):
+        X, _, _, model = npz_data
+        path = tmp_path / "X.npy"
+        np.save(path, X)
+
+        def removed_first(name):  # another process deletes the file between the two opens
+            os.remove(name)
+            return memory_map_npy(name)
+
+        monkeypatch.setattr(cli, "memory_map_npy", removed_first)
+        assert main(["certify", str(model), str(path), "--out", str(tmp_path / "c.csv")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{path}: cannot read it (No such file or directory)." in err
+        assert "np.save" not in err  # how to write an array does not help with a file that is gone
 
     @pytest.mark.parametrize("damage, words", [
         (lambda path: Image.new("L", (5, 4)).save(path), "4.png: 5x4 pixels, but the model takes 4x4."),

@@ -14,7 +14,7 @@ from test_datasets import write_idx
 
 from smoothsk import SampleWiseSmoothedClassifier, _regular_file, datasets
 from smoothsk._npz import NpzArchive, memory_map_npy
-from smoothsk._regular_file import check_regular_file, open_regular_file, read_regular_file
+from smoothsk._regular_file import NotARegularFileError, check_regular_file, open_regular_file, read_regular_file
 from smoothsk.cli import main
 from smoothsk.datasets import load_cifar10, load_mnist, load_mnist_protocol
 from smoothsk.models import FlatMLP
@@ -183,7 +183,7 @@ class TestEveryReaderRefusesAFifo:
     def test_npz_and_npy(self, tmp_path, reader):
         fifo = fifo_named(tmp_path, "data.npz")
         error = outcome_without_a_writer(lambda: reader(fifo), fifo)
-        assert isinstance(error, ValueError) and "not a regular file (a FIFO)" in str(error)
+        assert isinstance(error, NotARegularFileError) and error.kind == "a FIFO"
 
     def test_the_data_file_of_the_command_line(self, tmp_path, capsys):
         fifo = fifo_named(tmp_path, "data.npz")
