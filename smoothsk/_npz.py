@@ -255,6 +255,12 @@ class NpzArchive:
 def memory_map_npy(path):
     """The array of the ``.npy`` file ``path``, memory-mapped read-only once its header is checked.
 
+    The map is made through the checked descriptor, so nothing renamed over
+    ``path`` is read; but a writer who cuts the file short while its rows
+    are read kills the process (SIGBUS), as with any mapped file: the price
+    of reading inputs larger than memory (docs/user_guide.md, "Files from
+    elsewhere").
+
     Parameters
     ----------
     path : str or Path
