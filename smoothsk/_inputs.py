@@ -8,7 +8,9 @@ number:
 
 - a memory-mapped array (``np.load(path, mmap_mode="r")``, any
   ``np.memmap``): its rows are copied chunk by chunk (the pages the mapping
-  has read are the operating system's file cache, which it reclaims);
+  has read are the operating system's file cache, which it reclaims); or an
+  ``.npy`` file the command line opened (:class:`~smoothsk._npz.NpyFile`),
+  whose rows are read from the file chunk by chunk;
 - a map-style Dataset: a ``torch.utils.data.Dataset``, or any object with
   ``__len__`` and ``__getitem__`` that is not an array-like, whose item ``i``
   is an input (an array or tensor of floats) or a pair ``(input, label)``.
@@ -51,6 +53,7 @@ import torch
 from scipy import sparse
 from torch.utils.data import Dataset, IterableDataset
 
+from ._npz import NpyFile
 from ._validation import check_input_shape, check_inputs
 
 __all__ = ["CHUNK_BYTES", "Inputs", "dataset_labels", "inputs_of", "is_dataset", "is_streamed", "refuse_dataset",
@@ -83,7 +86,7 @@ def is_dataset(X):
 
 
 def is_streamed(X):
-    """Whether ``X`` is read by chunks: a memory-mapped array or a map-style Dataset.
+    """Whether ``X`` is read by chunks: a memory-mapped array, an ``.npy`` file or a map-style Dataset.
 
     Parameters
     ----------
@@ -93,7 +96,19 @@ def is_streamed(X):
     -------
     bool
     """
-    return isinstance(X, np.memmap) or is_dataset(X)
+    return _is_file_of_rows(X) or is_dataset(X)
+
+
+def _is_file_of_rows(X):
+    """Whether ``X`` is an array whose rows are read from its file: a memory-mapped array or an ``.npy`` file."""
+    return isinstance(X, (np.memmap, NpyFile))
+
+
+def _kind_of_file(X, definite):
+    """What an array read from its file is, for messages: with "the" (``definite``) or "a"/"an"."""
+    if isinstance(X, NpyFile):
+        return "the .npy file" if definite else "an .npy file"
+    return "the memory-mapped array" if definite else "a memory-mapped array"
 
 
 def inputs_of(estimator, X, whole=False):
@@ -103,12 +118,12 @@ def inputs_of(estimator, X, whole=False):
     ----------
     estimator : SampleWiseSmoothedClassifier
         Fitted (its ``input_shape_``).
-    X : array-like, torch.Tensor, np.memmap or Dataset
+    X : array-like, torch.Tensor, np.memmap, NpyFile or Dataset
         ``(n_inputs, *input_shape)`` (or flat ``(n_inputs, n_features)``),
         or a Dataset of ``n_inputs`` items.
     whole : bool, default=False
         Whether the call reads its inputs in one piece: a memory-mapped
-        array is then read as an array (a Dataset must have been refused,
+        array or an ``.npy`` file is then read as an array (a Dataset must have been refused,
         :func:`refuse_dataset`).
 
     Returns
@@ -163,7 +178,7 @@ def values_digest(X):
 
     Parameters
     ----------
-    X : np.memmap or Dataset
+    X : np.memmap, NpyFile or Dataset
 
     Returns
     -------
@@ -287,7 +302,7 @@ class _Stream:
 
     Parameters
     ----------
-    X : np.memmap or Dataset
+    X : np.memmap, NpyFile or Dataset
         Called ``X`` in the messages, as the estimator's argument is.
 
     Attributes
@@ -300,10 +315,11 @@ class _Stream:
 
     def __init__(self, X):
         self._X = X
-        if isinstance(X, np.memmap):
+        if _is_file_of_rows(X):
             if X.ndim < 2 or len(X) == 0 or X.dtype.kind not in "biuf":
-                raise ValueError(f"X is a memory-mapped array of shape {X.shape} and dtype {X.dtype}; it must "
-                                 "hold real numbers, inputs of shape (n_inputs, *input_shape) with n_inputs >= 1.")
+                raise ValueError(f"X is {_kind_of_file(X, definite=False)} of shape {X.shape} and dtype {X.dtype}; "
+                                 "it must hold real numbers, inputs of shape (n_inputs, *input_shape) with "
+                                 "n_inputs >= 1.")
             self.shape = X.shape
         else:
             self.shape = self._dataset_shape()
@@ -337,6 +353,8 @@ class _Stream:
             The Dataset's labels of the rows; None without labels.
         """
         with np.errstate(over="ignore"):
+            if isinstance(self._X, NpyFile):
+                return self._X.rows(start, stop).astype(np.float32, copy=False), None
             if isinstance(self._X, np.memmap):
                 return np.array(self._X[start:stop], dtype=np.float32), None
             X, labels = np.empty((stop - start,) + self.shape[1:], dtype=np.float32), []
@@ -347,9 +365,9 @@ class _Stream:
 
     def where(self, index):
         """Input ``index``, named for a message (with the file a memory-mapped array maps)."""
-        if isinstance(self._X, np.memmap):
+        if _is_file_of_rows(self._X):
             filename = getattr(self._X, "filename", None)
-            return f"X[{index}] (row {index} of the memory-mapped array X" + (
+            return f"X[{index}] (row {index} of {_kind_of_file(self._X, definite=True)} X" + (
                 f", file {filename})" if filename else ")")
         return f"X[{index}] (item {index} of the Dataset X)"
 

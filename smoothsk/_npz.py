@@ -20,10 +20,11 @@ limit at most :data:`MAX_COMPRESSION_RATIO` times the file's size. Every
 problem is a one-line ``ValueError`` naming the array and what is wrong;
 the caller names the file.
 
-A single ``.npy`` file is memory-mapped by :func:`memory_map_npy`, read-only,
-once its header passes the same checks (version, length, no Python objects)
-and declares exactly the bytes the file holds after it: mapping allocates
-nothing, and each page is read from the file when the array's values are.
+A single ``.npy`` file is opened by :class:`NpyFile` once its header passes
+the same checks (version, length, no Python objects) and declares exactly the
+bytes the file holds after it: nothing is allocated for the data, whose rows
+are read from the checked descriptor when they are asked for (never mapped:
+a mapped file cut short by its writer kills the reader with SIGBUS).
 """
 
 import lzma
@@ -31,6 +32,7 @@ import math
 import os
 import reprlib
 import tokenize
+import weakref
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -39,7 +41,7 @@ import numpy as np
 
 from ._regular_file import open_regular_file
 
-__all__ = ["ArrayHeader", "NpzArchive", "memory_map_npy", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES",
+__all__ = ["ArrayHeader", "NpyFile", "NpzArchive", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES",
            "SMALL_MEMBER_BYTES"]
 
 #: Largest ratio of a member's uncompressed to compressed size that is read. Data sets that
@@ -252,23 +254,32 @@ class NpzArchive:
         return flat.reshape(header.shape, order="F" if header.fortran_order else "C")
 
 
-def memory_map_npy(path):
-    """The array of the ``.npy`` file ``path``, memory-mapped read-only once its header is checked.
+class NpyFile:
+    """The array of an ``.npy`` file, read by rows through the descriptor its header was checked on; never mapped.
 
-    The map is made through the checked descriptor, so nothing renamed over
-    ``path`` is read; but a writer who cuts the file short while its rows
-    are read kills the process (SIGBUS), as with any mapped file: the price
-    of reading inputs larger than memory (docs/user_guide.md, "Files from
-    elsewhere").
+    The header is checked when the file is opened (format version 1 or 2,
+    at most :data:`MAX_NPY_HEADER_BYTES` long, no Python objects, exactly
+    the bytes the file holds after it), and nothing is allocated for the
+    data: :meth:`rows` reads the rows asked for, and ``np.asarray`` reads
+    them all. Each read goes through the checked descriptor with
+    ``os.pread``, so nothing renamed over ``path`` is read, and a file cut
+    short in place by its writer is a ``ValueError`` naming it (a mapped
+    file would kill the process with SIGBUS). The descriptor is closed with
+    the object (or by :meth:`close`).
 
     Parameters
     ----------
     path : str or Path
 
-    Returns
-    -------
-    np.memmap
-        Of the declared shape, dtype and order; nothing is read until its values are.
+    Attributes
+    ----------
+    shape : tuple of int
+        The declared shape.
+    dtype : np.dtype
+        The declared dtype (never of Python objects; its byte order as stored).
+    ndim : int
+    filename : str
+        ``path`` as given, for messages.
 
     Raises
     ------
@@ -280,20 +291,72 @@ def memory_map_npy(path):
         longer than :data:`MAX_NPY_HEADER_BYTES` or declaring Python objects,
         or declares other than the bytes that follow the header (or none).
     """
-    file = open_regular_file(path)
-    with file:  # mapped through the descriptor whose header was checked, not the path opened again
-        header, offset = _checked_npy_header(file)
-        try:
-            array = np.memmap(file, dtype=header.dtype, mode="r", offset=offset, shape=header.shape,
-                              order="F" if header.fortran_order else "C")
-        except (OSError, ValueError) as error:
-            raise ValueError(f"it cannot be memory-mapped ({' '.join(str(error).split())})") from error
-    array.filename = os.path.abspath(path)  # what np.load's map names (a descriptor has no name of its own)
-    return array
+
+    def __init__(self, path):
+        with open_regular_file(path) as file:
+            header, self._offset = _checked_npy_header(file)
+            self._descriptor = os.dup(file.fileno())
+        self._close = weakref.finalize(self, os.close, self._descriptor)
+        self.shape, self.dtype, self.ndim = header.shape, header.dtype, len(header.shape)
+        self._fortran_order, self._size = header.fortran_order, self._offset + header.nbytes
+        self.filename = os.fspath(path)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        return self.rows(0, len(self)).astype(dtype or self.dtype, copy=False)
+
+    def close(self):
+        """Close the descriptor (done anyway when the object is collected)."""
+        self._close()
+
+    def rows(self, start, stop):
+        """Rows ``start`` to ``stop`` of the array, read from the file.
+
+        Parameters
+        ----------
+        start, stop : int
+            ``0 <= start < stop <= len(self)``.
+
+        Returns
+        -------
+        ndarray of ``dtype``, shape (stop - start, *shape[1:])
+            C-contiguous, writeable.
+
+        Raises
+        ------
+        ValueError
+            Naming the file, where it holds fewer bytes than when it was opened.
+        """
+        count, features, itemsize = stop - start, math.prod(self.shape[1:]), self.dtype.itemsize
+        if not self._fortran_order:
+            data = self._read(start * features * itemsize, count * features * itemsize)
+            return np.frombuffer(data, self.dtype).reshape((count,) + self.shape[1:])
+        # Fortran order: value (i, j) of the (n, features) array is at i + n * j, so each feature is one run.
+        runs = [np.frombuffer(self._read((feature * len(self) + start) * itemsize, count * itemsize), self.dtype)
+                for feature in range(features)]
+        return np.ascontiguousarray(np.stack(runs).T.reshape((count,) + self.shape[1:], order="F"))
+
+    def _read(self, at, size):
+        """``size`` bytes of the data from its byte ``at``, all of them, in a writeable buffer."""
+        data = bytearray(size)
+        done = 0
+        while done < size:
+            piece = os.pread(self._descriptor, size - done, self._offset + at + done)
+            if not piece:
+                held = os.fstat(self._descriptor).st_size
+                raise ValueError(f"{self.filename}: changed while it was read: it holds {held} bytes, not the "
+                                 f"{self._size} it held when opened.")
+            data[done:done + len(piece)] = piece
+            done += len(piece)
+        return data
 
 
 def _checked_npy_header(file):
-    """The ``.npy`` header at the start of ``file``, checked (see :func:`memory_map_npy`), and where its data starts."""
+    """The ``.npy`` header at the start of ``file``, checked (see :class:`NpyFile`), and where its data starts."""
     try:
         magic = file.read(len(_NPY_MAGIC))
         file.seek(0)

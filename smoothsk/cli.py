@@ -2,7 +2,7 @@
 
 ``smoothsk demo`` runs the main job on the bundled digits; ``smoothsk fit`` and
 ``smoothsk certify`` train and certify on your own data (``.npz``; ``certify``
-also reads a memory-mapped ``.npy`` and a folder of images, by chunks)
+also reads an ``.npy`` of inputs and a folder of images, by chunks)
 without writing Python.
 """
 
@@ -25,7 +25,7 @@ from ._demo import FULL, QUICK, run_demo
 from ._image_folder import ImageFolder
 from ._model_file import MIN_KEY_BYTES, read_safetensors
 from ._module_state import load_module_state
-from ._npz import NpzArchive, memory_map_npy
+from ._npz import NpyFile, NpzArchive
 from ._params import Components
 from ._presets import MODULES, PRESETS, TRAINING_SETTINGS, fixed_sigma_preset, preset_params
 from ._regular_file import open_regular_file
@@ -124,9 +124,9 @@ def read_npz(path, require_y):
 
 
 def read_npy(path):
-    """The inputs ``X`` of an ``.npy`` file, which may be hostile, memory-mapped (read by chunks when certified).
+    """The inputs ``X`` of an ``.npy`` file, which may be hostile, read by chunks when certified.
 
-    The header is checked before the file is mapped (:func:`smoothsk._npz.memory_map_npy`):
+    The header is checked when the file is opened (:class:`smoothsk._npz.NpyFile`):
     nothing is allocated for the data, which is read from the file as it is certified.
 
     Parameters
@@ -135,8 +135,8 @@ def read_npy(path):
 
     Returns
     -------
-    X : np.memmap, shape (n_inputs, *input_shape)
-        Of floats, read-only.
+    X : NpyFile, shape (n_inputs, *input_shape)
+        Of floats.
 
     Raises
     ------
@@ -145,7 +145,7 @@ def read_npy(path):
         refuses, or ``X`` not floats of shape (n_inputs, *input_shape).
     """
     try:
-        X = memory_map_npy(path)
+        X = NpyFile(path)
     except OSError as exc:  # gone, or swapped, since its magic was read
         raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
     except ValueError as exc:
@@ -165,14 +165,14 @@ def read_certify_data(path, input_shape):
         A folder of class folders of PNG or JPEG images
         (:class:`smoothsk._image_folder.ImageFolder`, labels from the
         folders' names), an ``.npy`` file (by its content: inputs only,
-        memory-mapped, :func:`read_npy`), or else an ``.npz`` file (arrays
+        read by rows, :func:`read_npy`), or else an ``.npz`` file (arrays
         ``X`` and optionally ``y``, :func:`read_npz`).
     input_shape : tuple of int
         The model's input shape: an image must have its size.
 
     Returns
     -------
-    X : ndarray, np.memmap or ImageFolder
+    X : ndarray, NpyFile or ImageFolder
         The inputs; the last two are read by chunks when certified.
     y : ndarray, shape (n_inputs,), or None
         The labels, where the data has them.
@@ -483,7 +483,7 @@ def model_from_weights(args, X):
     Parameters
     ----------
     args : argparse.Namespace
-    X : ndarray, np.memmap or ImageFolder
+    X : ndarray, NpyFile or ImageFolder
         The data: its input shape is the network's (a flat MLP takes it).
 
     Returns
@@ -768,7 +768,7 @@ def build_parser():
     cert.add_argument("model", help="model file written by 'smoothsk fit' (or SampleWiseSmoothedClassifier.save); "
                                     "with --module, a safetensors file of that network's weights (its state_dict)")
     cert.add_argument("data", help=".npz file with float inputs X (and optionally labels y, copied to the CSV), .npy "
-                                   "file of inputs (memory-mapped), or folder of PNG/JPEG images in one folder per "
+                                   "file of inputs (read by chunks), or folder of PNG/JPEG images in one folder per "
                                    "class (the labels), each the model's size, read as floats in [0, 1]")
     cert.add_argument("--out", required=True, help="CSV to write: index, prediction, radius, sigma, n_samples, "
                                                    "guarantee (and, with labels, y and correct: 1 where the "

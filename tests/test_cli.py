@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier, _certification, cli
-from smoothsk._npz import memory_map_npy
+from smoothsk._npz import NpyFile
 from smoothsk.cli import SUMMARY_RADII, build_parser, main
 from smoothsk.models import FlatMLP, Normalized
 from smoothsk.regions import OnlineBallAllocator
@@ -431,6 +431,22 @@ class TestOtherInputs:
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(path) in err and words in err
 
+    def test_an_npy_cut_short_while_it_is_certified_is_refused_in_one_line(self, npz_data, tmp_path, capsys,
+                                                                          monkeypatch):
+        X, _, _, model = npz_data
+        path = tmp_path / "X.npy"
+        np.save(path, X)
+        certify = SampleWiseSmoothedClassifier.certify
+
+        def cut_then_certify(self, *args, **kwargs):  # another process truncates the file in place once it is open
+            os.truncate(path, 200)
+            return certify(self, *args, **kwargs)
+
+        monkeypatch.setattr(SampleWiseSmoothedClassifier, "certify", cut_then_certify)
+        assert main(["certify", str(model), str(path), "--out", str(tmp_path / "c.csv")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{path}: changed while it was read" in err, err
+
     def test_an_npy_gone_once_its_magic_was_read_is_a_file_that_cannot_be_read(self, npz_data, tmp_path, capsys,
                                                                                  monkeypatch):
         X, _, _, model = npz_data
@@ -439,9 +455,9 @@ class TestOtherInputs:
 
         def removed_first(name):  # another process deletes the file between the two opens
             os.remove(name)
-            return memory_map_npy(name)
+            return NpyFile(name)
 
-        monkeypatch.setattr(cli, "memory_map_npy", removed_first)
+        monkeypatch.setattr(cli, "NpyFile", removed_first)
         assert main(["certify", str(model), str(path), "--out", str(tmp_path / "c.csv")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"{path}: cannot read it (No such file or directory)." in err

@@ -1,11 +1,13 @@
 """Tests of smoothsk._npz: arrays of a hostile .npz are read only within checked bounds."""
 
+import os
+import re
 import zipfile
 
 import numpy as np
 import pytest
 
-from smoothsk._npz import MAX_COMPRESSION_RATIO, SMALL_MEMBER_BYTES, NpzArchive, memory_map_npy
+from smoothsk._npz import MAX_COMPRESSION_RATIO, SMALL_MEMBER_BYTES, NpyFile, NpzArchive
 
 from conftest import forbid
 from npz_support import npy_bytes, write_npz
@@ -150,16 +152,50 @@ class TestRefusals:
                 assert "\n" not in str(error), index
 
 
-class TestMemoryMappedNpy:
-    """``memory_map_npy``: a single ``.npy`` file mapped read-only once its header is checked."""
+class TestNpyFile:
+    """``NpyFile``: a single ``.npy`` file read by rows through its checked descriptor, never mapped."""
 
     @pytest.mark.parametrize("name", ["X", "fortran", "labels", "flags"])
-    def test_maps_what_numpy_writes(self, tmp_path, name):
+    def test_reads_what_numpy_writes_whole_and_by_rows(self, tmp_path, name):
         np.save(tmp_path / "a.npy", ARRAYS[name])
-        mapped = memory_map_npy(tmp_path / "a.npy")
-        assert isinstance(mapped, np.memmap) and not mapped.flags.writeable
-        np.testing.assert_array_equal(mapped, ARRAYS[name])
-        assert mapped.dtype == ARRAYS[name].dtype
+        npy = NpyFile(tmp_path / "a.npy")
+        assert npy.shape == ARRAYS[name].shape and npy.dtype == ARRAYS[name].dtype and len(npy) == len(ARRAYS[name])
+        np.testing.assert_array_equal(np.asarray(npy), ARRAYS[name])
+        for start, stop in [(0, 1), (1, len(npy)), (len(npy) - 1, len(npy))]:
+            rows = npy.rows(start, stop)
+            np.testing.assert_array_equal(rows, ARRAYS[name][start:stop])
+            assert rows.flags.c_contiguous and rows.flags.writeable
+
+    def test_a_fortran_ordered_image_array_reads_rows_of_images(self, tmp_path):
+        images = np.asfortranarray(np.arange(5 * 2 * 3 * 4, dtype=">f8").reshape(5, 2, 3, 4))
+        np.save(tmp_path / "f.npy", images)
+        npy = NpyFile(tmp_path / "f.npy")
+        np.testing.assert_array_equal(npy.rows(1, 4), images[1:4])
+        np.testing.assert_array_equal(np.asarray(npy, dtype=np.float32), images.astype(np.float32))
+
+    @pytest.mark.parametrize("order", ["C", "F"])
+    def test_a_file_cut_short_once_opened_is_a_value_error_naming_it(self, tmp_path, order):
+        path = tmp_path / "a.npy"
+        np.save(path, np.ones((100, 8), np.float32, order=order))
+        npy = NpyFile(path)
+        os.truncate(path, 1000)
+        if order == "C":  # what is still there reads as it was
+            np.testing.assert_array_equal(npy.rows(0, 1), np.ones((1, 8)))
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: changed while it was read: it holds "
+                                             r"1000 bytes, not the 3328 it held when opened\.$"):
+            npy.rows(90, 100)
+
+    def test_the_descriptor_is_closed_with_the_object(self, tmp_path):
+        np.save(tmp_path / "a.npy", ARRAYS["X"])
+        before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+        for _ in range(20):
+            NpyFile(tmp_path / "a.npy").rows(0, 1)
+        npy = NpyFile(tmp_path / "a.npy")
+        npy.close()
+        with pytest.raises(OSError):
+            npy.rows(0, 1)
+        if before is not None:
+            assert len(os.listdir("/proc/self/fd")) == before
 
     @pytest.mark.parametrize("content, words", [
         (npy_bytes(np.array([{"a": 1}], dtype=object)), r"it holds Python objects \(shape \(1,\) of object\)"),
@@ -172,27 +208,26 @@ class TestMemoryMappedNpy:
          r"no valid .npy header"),
         (b"PK\x03\x04 an archive", r"not an .npy file"),
     ], ids=["objects", "huge shape", "trailing bytes", "empty", "version", "long header", "not npy"])
-    def test_refused_in_one_line_before_mapping(self, tmp_path, monkeypatch, content, words):
+    def test_refused_in_one_line_before_any_data_is_read(self, tmp_path, monkeypatch, content, words):
         (tmp_path / "bad.npy").write_bytes(content)
-        forbid(monkeypatch, np, "load", "mapped a file its header check refuses")
+        forbid(monkeypatch, np, "load", "read a file its header check refuses")
         with pytest.raises(ValueError, match=words) as error:
-            memory_map_npy(tmp_path / "bad.npy")
+            NpyFile(tmp_path / "bad.npy")
         assert "\n" not in str(error.value)
 
     def test_a_missing_file_is_the_os_error_of_opening_it(self, tmp_path):
         with pytest.raises(FileNotFoundError):
-            memory_map_npy(tmp_path / "absent.npy")
+            NpyFile(tmp_path / "absent.npy")
 
-    def test_any_damaged_byte_is_mapped_or_refused_with_a_value_error(self, tmp_path):
+    def test_any_damaged_byte_is_read_or_refused_with_a_value_error(self, tmp_path):
         path, damaged = tmp_path / "data.npy", tmp_path / "damaged.npy"
         np.save(path, ARRAYS["X"])
         content = path.read_bytes()
         for index in range(len(content)):
             damaged.write_bytes(content[:index] + bytes([content[index] ^ 0xFF]) + content[index + 1:])
             try:
-                mapped = memory_map_npy(damaged)
+                read = np.asarray(NpyFile(damaged))
             except ValueError as error:
                 assert "\n" not in str(error), index
             else:
-                assert mapped.nbytes == len(content) - 128, index
-                del mapped
+                assert read.nbytes == len(content) - 128, index

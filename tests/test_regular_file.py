@@ -13,7 +13,7 @@ import torch
 from test_datasets import write_idx
 
 from smoothsk import SampleWiseSmoothedClassifier, _regular_file, datasets
-from smoothsk._npz import NpzArchive, memory_map_npy
+from smoothsk._npz import NpyFile, NpzArchive
 from smoothsk._regular_file import NotARegularFileError, check_regular_file, open_regular_file, read_regular_file
 from smoothsk.cli import main
 from smoothsk.datasets import load_cifar10, load_mnist, load_mnist_protocol
@@ -179,7 +179,7 @@ for model in sys.argv[1:]:
 class TestEveryReaderRefusesAFifo:
     """Each file smoothsk reads, named by a FIFO: a one-line error naming it, never a wait for a writer."""
 
-    @pytest.mark.parametrize("reader", [NpzArchive, memory_map_npy])
+    @pytest.mark.parametrize("reader", [NpzArchive, NpyFile])
     def test_npz_and_npy(self, tmp_path, reader):
         fifo = fifo_named(tmp_path, "data.npz")
         error = outcome_without_a_writer(lambda: reader(fifo), fifo)
