@@ -171,5 +171,17 @@ def _images_under(folder):
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 folders.append(Path(entry.path))
-            elif entry.name.lower().endswith(IMAGE_SUFFIXES) and not entry.is_dir():  # a link to a folder: neither
+            elif entry.name.lower().endswith(IMAGE_SUFFIXES) and not _links_to_folder(entry):
                 yield Path(entry.path)
+
+
+def _links_to_folder(entry):
+    """Whether a directory entry that is no folder itself is a link to one (neither image nor followed).
+
+    A link that cannot be followed (dangling, a loop) is not: it is listed,
+    and refused naming it when it is read.
+    """
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False

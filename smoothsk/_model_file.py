@@ -122,9 +122,10 @@ def write_model_file(path, document, tensors, key=None):
 def read_safetensors(path, expected):
     """The header and tensors of the safetensors file at ``path``, read whole from the regular file checked there.
 
-    The file is read into memory through the descriptor
-    :func:`~smoothsk._regular_file.read_regular_file` opened and checked,
-    then parsed from those bytes. So what is parsed is the file that was
+    The file is read into memory by
+    :func:`~smoothsk._regular_file.read_regular_file`, through the
+    descriptor :func:`~smoothsk._regular_file.open_regular_file` opened and
+    checked, then parsed from those bytes. So what is parsed is the file that was
     checked, whatever is renamed over ``path`` meanwhile, and no mapping of
     the file is left for a writer to shrink under the reader (a mapped file
     truncated in place kills the process with SIGBUS). Memory: the file's
@@ -148,7 +149,8 @@ def read_safetensors(path, expected):
     ------
     ValueError
         One line naming ``path``: missing, unreadable, empty, not a regular
-        file, changed while it was read, or not safetensors.
+        file, larger than the machine's memory, changed while it was read,
+        or not safetensors.
     """
     try:
         content = read_regular_file(path)

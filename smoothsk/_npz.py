@@ -357,14 +357,11 @@ class NpyFile:
 
 def _checked_npy_header(file):
     """The ``.npy`` header at the start of ``file``, checked (see :class:`NpyFile`), and where its data starts."""
-    try:
-        magic = file.read(len(_NPY_MAGIC))
-        file.seek(0)
-        header = _read_npy_header(file) if magic == _NPY_MAGIC else None
-        offset = file.tell()
-        held = os.fstat(file.fileno()).st_size - offset
-    except OSError as error:
-        raise ValueError(f"it cannot be read ({error.strerror or error})") from error
+    magic = file.read(len(_NPY_MAGIC))
+    file.seek(0)
+    header = _read_npy_header(file) if magic == _NPY_MAGIC else None
+    offset = file.tell()
+    held = os.fstat(file.fileno()).st_size - offset
     if header is None:
         raise ValueError("not an .npy file (no .npy magic string)")
     if header.dtype.hasobject:

@@ -116,10 +116,12 @@ def open_regular_file(path):
 def read_regular_file(path, largest=None):
     """The bytes of the regular file at ``path``, read whole through the descriptor :func:`open_regular_file` checked.
 
-    What is returned is the file that was checked, whatever is renamed over
-    ``path`` meanwhile; a file that grew or shrank while it was read is
-    refused, so the bytes are what its size said when it was opened. No
-    more than the file's size (at most ``largest``) is allocated.
+    What is returned is read from the file that was checked, whatever is
+    renamed over ``path`` meanwhile; a file whose size changed while it was
+    read is refused (one rewritten in place at the same size is read as it
+    then is: callers that need more check a digest). A file above
+    ``largest``, or above the machine's memory, is refused before anything
+    is allocated for it; else the file's size and one byte are.
 
     Parameters
     ----------
@@ -136,16 +138,25 @@ def read_regular_file(path, largest=None):
     ------
     OSError
         As :func:`open_regular_file`; ``strerror`` "N bytes, more than the
-        L a file of its kind may take" (``errno.EFBIG``) for a file above ``largest``, or "changed
-        while it was read: ..." (``errno.EIO``).
+        L a file of its kind may take" or "N bytes, more than this machine's
+        memory (M)" (``errno.EFBIG``); "N bytes, more than this process can
+        allocate" (``errno.ENOMEM``); or "read K of the N bytes its size
+        says: ..." (``errno.EIO``), where the file changed while it was read
+        (or is not a file of stored bytes, as those of ``/sys``).
     """
     with open_regular_file(path) as file:
         size = os.fstat(file.fileno()).st_size
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         if largest is not None and size > largest:
             raise OSError(errno.EFBIG, f"{size} bytes, more than the {largest} a file of its kind may take",
                           os.fspath(path))
-        content = file.read(size + 1)  # a byte more than the size checked: a file grown since shows
+        if size > memory:  # read whole, it could never be held (a sparse file claims any size)
+            raise OSError(errno.EFBIG, f"{size} bytes, more than this machine's memory ({memory})", os.fspath(path))
+        try:
+            content = file.read(size + 1)  # a byte more than the size checked: a file grown since shows
+        except MemoryError:
+            raise OSError(errno.ENOMEM, f"{size} bytes, more than this process can allocate", os.fspath(path)) from None
     if len(content) != size:
-        raise OSError(errno.EIO, f"changed while it was read: {size} bytes when opened, {len(content)} read",
-                      os.fspath(path))
+        raise OSError(errno.EIO, f"read {len(content)} of the {size} bytes its size says: it changed while it was "
+                                 "read, or is not a file of stored bytes", os.fspath(path))
     return content

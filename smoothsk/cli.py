@@ -167,8 +167,10 @@ def read_certify_data(path, input_shape):
         folders' names), an ``.npy`` file (by its content: inputs only,
         read by rows, :func:`read_npy`), or else an ``.npz`` file (arrays
         ``X`` and optionally ``y``, :func:`read_npz`).
-    input_shape : tuple of int
-        The model's input shape: an image must have its size.
+    input_shape : tuple of int or None
+        The model's input shape: an image must have its size. None for a
+        network that takes the data's (``--module flat-mlp``), which reads
+        no folder of images.
 
     Returns
     -------
@@ -184,6 +186,9 @@ def read_certify_data(path, input_shape):
         when it is read, before any sampling (a ``ValueError`` naming it).
     """
     if os.path.isdir(path):
+        if input_shape is None:
+            raise InputFileError(f"{path}: a folder of images is read at the network's image size, which --module "
+                                 "flat-mlp does not fix; pass the inputs as an .npz or .npy array.")
         try:
             images = ImageFolder(path, input_shape)
         except ValueError as exc:

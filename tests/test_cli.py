@@ -252,6 +252,17 @@ class TestBadFiles:
         assert words in err
         assert not out.exists()
 
+    @pytest.mark.parametrize("module", [[], ["--module", "flat-mlp"]], ids=["model file", "weights"])
+    def test_a_model_file_larger_than_memory_is_refused_in_one_line(self, npz_data, tmp_path, capsys, module):
+        _, _, data, _ = npz_data
+        model = tmp_path / "sparse.safetensors"
+        with open(model, "wb") as file:
+            file.truncate(1 << 42)
+        assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), *module]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert f"{model}: cannot read it (4398046511104 bytes, more than this machine's memory (" in err
+
     def test_certify_refuses_an_object_array_and_a_wrong_input_shape(self, npz_data, tmp_path, capsys):
         _, _, _, model = npz_data
         out = tmp_path / "c.csv"
@@ -825,6 +836,13 @@ class TestWeightsTrainedElsewhere:
         assert [int(row["prediction"]) for row in rows] == prediction.tolist()
         np.testing.assert_array_equal([float(row["radius"]) for row in rows], radius)
         assert {row["sigma"] for row in rows} == {"0.5"}
+
+    def test_a_folder_of_images_needs_a_network_of_a_fixed_input_shape(self, weights, image_data, tmp_path, capsys):
+        folder, _, _, _ = image_data
+        _, path = weights
+        assert main(["certify", str(path), str(folder), "--module", "flat-mlp", "--out", str(tmp_path / "c.csv")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{folder}: a folder of images" in err and "--module flat-mlp" in err
 
     @pytest.mark.parametrize("options, words", [
         (["--module", "lenet"], "--module lenet"),  # another architecture's names and shapes

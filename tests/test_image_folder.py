@@ -171,6 +171,14 @@ class TestHostileFiles:
             tracemalloc.stop()
         assert peak < 1 << 20, peak
 
+    def test_a_link_loop_named_as_an_image_is_listed_then_refused_when_read_naming_it(self, tmp_path):
+        save(tmp_path / "a" / "x.png", np.zeros((2, 2), np.uint8))
+        (tmp_path / "a" / "y.png").symlink_to("y.png")
+        images = ImageFolder(tmp_path, (1, 2, 2))
+        assert [path.name for path in images.files] == ["x.png", "y.png"]
+        with pytest.raises(ValueError, match=r"y\.png: Too many levels of symbolic links\.$"):
+            images[1]
+
     def test_a_file_larger_than_an_image_of_the_models_size_is_refused_before_it_is_read(self, tmp_path):
         # A valid 2x2 PNG followed by 2 MiB of other bytes: over the 1 MiB a small image's file may take.
         buffer = io.BytesIO()

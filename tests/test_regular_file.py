@@ -289,6 +289,18 @@ class TestReadRegularFile:
             tracemalloc.stop()
         assert peak < 1 << 20, peak
 
+    def test_a_file_larger_than_memory_is_refused_before_anything_is_allocated_for_it(self, tmp_path):
+        with open(tmp_path / "sparse", "wb") as file:
+            file.truncate(1 << 42)  # 4 TiB of nothing: no reader can hold it whole
+        tracemalloc.start()
+        try:
+            with pytest.raises(OSError, match=r"4398046511104 bytes, more than this machine's memory \(\d+\)"):
+                read_regular_file(tmp_path / "sparse")
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert peak < 1 << 20, peak
+
     @pytest.mark.parametrize("change, read", [(b"more", 104), (None, 50)])
     def test_a_file_that_grows_or_shrinks_once_opened_is_refused(self, tmp_path, monkeypatch, change, read):
         path = tmp_path / "file"
@@ -317,6 +329,6 @@ class TestReadRegularFile:
                 return self.file.read(size)
 
         monkeypatch.setattr(_regular_file, "open_regular_file", ChangedOnRead)
-        expected = f"changed while it was read: 100 bytes when opened, {min(read, 101)} read"
+        expected = f"read {min(read, 101)} of the 100 bytes its size says: it changed while it was read"
         with pytest.raises(OSError, match=expected):
             read_regular_file(path)
