@@ -370,6 +370,15 @@ class TestOneClearError:
             load(forge(tmp_path / "evil.safetensors", document, tensors))
 
 
+    def test_a_region_array_of_no_rows_at_all_is_refused_in_one_line(self, flat_mlp_file, tmp_path):
+        """A 0-d array (another tensor's, swapped in by the fuzz) raised TypeError: len() of unsized object."""
+        document, tensors = read_file(flat_mlp_file)
+        tensors = {**_one_region(tensors), "regions_.radii": torch.tensor(0.5, dtype=torch.float64)}
+        with pytest.raises(ValueError, match=r"evil\.safetensors: .*region array 'radii' has dtype float64 and shape "
+                                             r"\(\); expected"):
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+
+
 # ------------------------------------------------------------------ allocation
 
 def _hostile_files(flat_mlp_file, folder):

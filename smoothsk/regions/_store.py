@@ -165,7 +165,8 @@ class RegionStore:
         if set(arrays) != set(template_arrays):
             raise ValueError(f"the region arrays are {sorted(arrays)}; expected {sorted(template_arrays)}.")
         for name, template in template_arrays.items():
-            if arrays[name].dtype != template.dtype or arrays[name].shape[1:] != template.shape[1:]:
+            if arrays[name].dtype != template.dtype or arrays[name].ndim != template.ndim or \
+                    arrays[name].shape[1:] != template.shape[1:]:
                 raise ValueError(f"region array {name!r} has dtype {arrays[name].dtype} and shape "
                                  f"{arrays[name].shape}; expected dtype {template.dtype} and shape "
                                  f"{('n_regions',) + template.shape[1:]}.")
