@@ -1,4 +1,4 @@
-"""Fuzzing the files smoothsk reads from elsewhere: mutated model files, checkpoints and ``.npz`` inputs.
+"""Fuzzing the files smoothsk reads from elsewhere: mutated model files, checkpoints, ``.npz`` and ``.npy`` inputs.
 
 Valid files are mutated by the families of ``tests/untrusted_files_support.py``
 and each is read in a worker process (a few hundred per process, under a
@@ -22,8 +22,10 @@ files are mostly re-signed as a forger can, so that the mutation reaches the
 parser; some are left unsigned; keyed files are never re-signed.
 
 Checkpoints (``certify(X, checkpoint=path)`` on the estimator and inputs of
-the run that wrote it, a MemoryAllocator's) and ``.npz`` inputs
-(``smoothsk.cli.read_npz``, stored and deflated). Mutated: the zip directory
+the run that wrote it, a MemoryAllocator's), ``.npz`` inputs
+(``smoothsk.cli.read_npz``, stored and deflated) and ``.npy`` inputs
+(``smoothsk.cli.read_npy``, then every row read; C and Fortran order: the
+header and data edits of an archive's members, and raw bytes). Mutated: the zip directory
 (declared sizes, compression methods, encryption flags, member names,
 duplicates, zip bombs, thousands of members), the ``.npy`` headers (huge,
 negative or lying shapes, object and other dtypes, versions, header text,
@@ -58,10 +60,10 @@ from _common import markdown_table, quick_parser
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import untrusted_files_support as fuzz  # noqa: E402 - found through the line above
 
-#: Mutated model files and mutated checkpoints and .npz files, of a full run and of a quick one.
+#: Mutated model files and mutated checkpoints, .npz and .npy files, of a full run and of a quick one.
 FULL, QUICK = (1200, 600), (70, 30)
 #: The kinds of files, as the tables name them.
-KINDS = {"model": "model files", "checkpoint": "checkpoints", "npz": ".npz inputs"}
+KINDS = {"model": "model files", "checkpoint": "checkpoints", "npz": ".npz inputs", "npy": ".npy inputs"}
 #: What a certify after a read may do without failing.
 USE_PASSES = ("", "ok", "ValueError", "timeout", "skipped")
 
@@ -140,7 +142,7 @@ def main():
                                     zip(made, outcomes, strict=True) if kinds[base] == kind], strict=True))
                for kind in KINDS}
     measures = ["files", "read, equal to the valid file (resumed: same certificates and store)",
-                "read, different (re-signed model files, checkpoints, .npz: no secret)",
+                "read, different (re-signed model files, checkpoints, .npz, .npy: no secret)",
                 "refused in one line naming the file",
                 "other exceptions, or ValueErrors over several lines or not naming the file",
                 "crashes and timeouts", "unsigned or keyed model files that loaded other content",

@@ -695,6 +695,7 @@ def base_archives(folder, model_path):
 
     ``npz`` and ``npz_compressed``: inputs ``X`` (6, 6) float32 and labels
     ``y`` for the command line (``np.savez``, ``np.savez_compressed``);
+    ``npy`` and ``npy_fortran``: ``X`` alone (``np.save``, C and Fortran order);
     ``checkpoint``: the checkpoint of ``certify(X, checkpoint=...,
     checkpoint_every=2, keep_checkpoint=True)`` on the model of
     ``model_path`` with a MemoryAllocator, whose regions a resumed run takes
@@ -713,6 +714,9 @@ def base_archives(folder, model_path):
         with open(folder / f"{name}.npz", "wb") as file:
             save(file, X=X, y=np.arange(6) % 2)
         bases[name] = {"kind": "npz", "path": str(folder / f"{name}.npz")}
+    for name, inputs in (("npy", X), ("npy_fortran", np.asfortranarray(X))):
+        np.save(folder / f"{name}.npy", inputs)
+        bases[name] = {"kind": "npy", "path": str(folder / f"{name}.npy")}
     clf = SampleWiseSmoothedClassifier.load(model_path).set_params(allocator=MemoryAllocator())
     clf.reset_regions()
     clf.save(folder / "memory.safetensors")
@@ -845,47 +849,77 @@ def mutate_zip(archive, rng, marker):
 
 def mutate_npy(archive, rng, marker):
     """A member's ``.npy`` header (shape, dtype, order, version, text) or data; a pickle that would touch ``marker``."""
-    import pickle
-
     members, compressed = archive
     items = list(members.items())
     index = rng.randrange(len(items))
     name = items[index][0]
-    header, data = npy_parts(items[index][1])
+    content, description = _edited_npy(items[index][1], rng, marker)
+    items[index] = (name, content)
+    return Mutation("npy", f"{name}: {description}", zipped(items, compressed), "none")
+
+
+def mutate_npy_file(content, rng, marker):
+    """An ``.npy`` file's header or data, as :func:`mutate_npy` edits an archive's member."""
+    edited, description = _edited_npy(content, rng, marker)
+    return Mutation("npy-file", description, edited, "none")
+
+
+def mutate_npy_bytes(content, rng, marker):
+    """Raw bytes of an ``.npy`` file: flips, truncation, appended bytes, an empty file, a pickle."""
+    import pickle
+
+    action = rng.choice(["flip", "flip", "truncate", "append", "empty", "pickle"])
+    if action == "flip":
+        data, description = flip_bits(content, rng)
+        return Mutation("npy-bytes", description, data, "none")
+    if action == "truncate":
+        cut = rng.randrange(len(content))
+        return Mutation("npy-bytes", f"truncated to {cut} of {len(content)} bytes", content[:cut], "none")
+    if action == "append":
+        return Mutation("npy-bytes", "bytes appended", content + bytes(rng.randrange(1, 64)), "none")
+    if action == "empty":
+        return Mutation("npy-bytes", "empty file", b"", "none")
+    return Mutation("npy-bytes", "a pickle that touches the marker", pickle.dumps(_Pickled(f"touch {marker}")), "none")
+
+
+def _edited_npy(content, rng, marker):
+    """(``.npy`` bytes, description): ``content``'s header (shape, dtype, order, version, text) or data edited."""
+    import pickle
+
+    header, data = npy_parts(content)
     action = rng.choice(["shape", "shape", "dtype", "dtype", "fortran", "version", "text", "pickle", "data"])
     version = (1, 0)
     if action == "shape":
         shape = rng.choice([(2**40,), (10**6, 10**6), (-1,), (0,), (), (2**62, 4), (1, len(data)), (len(data),),
                             (len(data) // 8,), (len(data) // 4,), (2, len(data) // 16)])
         header = _header_text(header, shape=shape)
-        description = f"{name} declares shape {shape}"
+        description = f"declares shape {shape}"
     elif action == "dtype":
         descr = rng.choice(["|O", "<U500000000", "|V8", [("a", "|O")], ">f8", "<f2", "|S0", "<M8[ns]", "<c16", "|b1",
                             "<i8", "<u8", "<f4", "<i4", "|u1"])
         header = _header_text(header, descr=descr)
-        description = f"{name} declares dtype {descr!r}"
+        description = f"declares dtype {descr!r}"
     elif action == "fortran":
         header = _header_text(header, fortran_order=True)
-        description = f"{name} in Fortran order"
+        description = "in Fortran order"
     elif action == "version":
         version = rng.choice([(2, 0), (3, 0), (0, 0), (255, 255)])
-        description = f"{name}: .npy version {version}"
+        description = f".npy version {version}"
     elif action == "text":
         header = rng.choice([header + "junk", f"__import__('os').system('touch {marker}')", "(" * 5000 + ")" * 5000,
                              "{'descr': '<f4'}", "{'descr': '<f4', 'fortran_order': False, 'shape': '6'}",
                              "{" + "'a': 1, " * 20000 + "}", "é" * 100, ""])
-        description = f"{name}: header text {_short(header, 60)}"
+        description = f"header text {_short(header, 60)}"
     elif action == "pickle":
         header = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"
         data = pickle.dumps(_Pickled(f"touch {marker}"))
-        description = f"{name}: an object array whose pickle touches the marker"
+        description = "an object array whose pickle touches the marker"
     else:
         cut = rng.choice(["truncated", "longer", "random"])
         data = {"truncated": data[:len(data) // 2], "longer": data + b"\0" * 8,
                 "random": bytes(rng.randrange(256) for _ in range(len(data)))}[cut]
-        description = f"{name}: data {cut}"
-    items[index] = (name, npy_from_parts(header, data, version))
-    return Mutation("npy", description, zipped(items, compressed), "none")
+        description = f"data {cut}"
+    return npy_from_parts(header, data, version), description
 
 
 def _header_text(header, **changes):
@@ -1013,22 +1047,27 @@ def mutate_archive_bytes(archive, rng, marker):
                     "none")
 
 
-#: Mutation families of ``.npz`` files (and checkpoints), and those of checkpoints only; their weights.
+#: Mutation families of ``.npz`` files (and checkpoints), those of checkpoints only, and those of ``.npy`` files;
+#: their weights.
 ARCHIVE_FAMILIES = {mutate_zip: 20, mutate_npy: 25, mutate_values: 25, mutate_archive_bytes: 10}
 CHECKPOINT_FAMILIES = {mutate_checkpoint_header: 20}
+NPY_FAMILIES = {mutate_npy_file: 3, mutate_npy_bytes: 1}
 
 
 def archive_mutations(bases, count, seed, marker_folder):
-    """``count`` mutations of the ``.npz`` and checkpoint ``bases`` (from :func:`base_archives`); (base name,
-    Mutation). A checkpoint is drawn as often as the ``.npz`` files together."""
+    """``count`` mutations of the ``.npz``, ``.npy`` and checkpoint ``bases`` (from :func:`base_archives`); (base
+    name, Mutation). A checkpoint is drawn twice as often as each of the others."""
     rng = random.Random(seed)
-    archives = {name: read_archive(base["path"]) for name, base in bases.items()}
+    archives = {name: Path(base["path"]).read_bytes() if base["kind"] == "npy" else read_archive(base["path"])
+                for name, base in bases.items()}
     names = sorted(bases)
     weights = [2 if bases[name]["kind"] == "checkpoint" else 1 for name in names]
     made = []
     for index in range(count):
         name = rng.choices(names, weights)[0]
-        families = {**ARCHIVE_FAMILIES, **(CHECKPOINT_FAMILIES if bases[name]["kind"] == "checkpoint" else {})}
+        kind = bases[name]["kind"]
+        families = NPY_FAMILIES if kind == "npy" else {**ARCHIVE_FAMILIES,
+                                                        **(CHECKPOINT_FAMILIES if kind == "checkpoint" else {})}
         family = rng.choices(list(families), list(families.values()))[0]
         marker = Path(marker_folder) / f"archive-{index:05d}"
         mutation = family(archives[name], rng, marker)
@@ -1078,7 +1117,7 @@ def prepare(made, bases, folder):
     jobs = []
     for index, (base, mutation) in enumerate(made):
         kind = bases[base]["kind"]
-        path = Path(folder) / f"mutated-{index:05d}{'.safetensors' if kind == 'model' else '.npz'}"
+        path = Path(folder) / f"mutated-{index:05d}{ {'model': '.safetensors', 'npy': '.npy'}.get(kind, '.npz')}"
         path.write_bytes(mutation.data)
         Path(mutation.marker).parent.mkdir(parents=True, exist_ok=True)
         jobs.append({"kind": kind, "path": str(path), "base": base, "signing": mutation.signing,
@@ -1092,7 +1131,7 @@ def run_files(jobs, bases, folder, per_worker=250, python=sys.executable):
     Parameters
     ----------
     jobs : list of dict
-        ``kind`` (``"model"``, ``"npz"`` or ``"checkpoint"``), ``path``,
+        ``kind`` (``"model"``, ``"npz"``, ``"npy"`` or ``"checkpoint"``), ``path``,
         ``base`` (a name in ``bases``), ``signing``, ``key`` (hex or None),
         ``marker`` (a path), as :func:`prepare` writes them.
     bases : dict of str to dict
@@ -1219,15 +1258,18 @@ class _Kinds:
 
     def __init__(self):
         from smoothsk import SampleWiseSmoothedClassifier
-        from smoothsk.cli import read_npz
+        from smoothsk.cli import read_npy, read_npz
 
-        self.load, self.read_npz, self.inputs = SampleWiseSmoothedClassifier.load, read_npz, {}
+        self.load, self.read_npz, self.read_npy, self.inputs = SampleWiseSmoothedClassifier.load, read_npz, read_npy, {}
 
     def read(self, job, base):
         if job.get("kind", "model") == "model":
             return self.load(job["path"], key=job["key"] and bytes.fromhex(job["key"]))
         if job["kind"] == "npz":
             return self.read_npz(job["path"], require_y=False)
+        if job["kind"] == "npy":  # opened, then every row read as certify reads them
+            X = self.read_npy(job["path"])
+            return X.rows(0, len(X))
         clf = self.load(base["model"])
         _, _, details = clf.certify(self._inputs(base), checkpoint=job["path"], checkpoint_every=base["every"],
                                     keep_checkpoint=True, return_details=True)
@@ -1240,7 +1282,7 @@ class _Kinds:
 
         if kind == "model":
             return _summary(value)
-        if kind == "npz":
+        if kind in ("npz", "npy"):
             return value_digest(value)
         clf, details = value  # the certificates, and the region store the run left
         return value_digest(({name: np.asarray(item) for name, item in vars(details).items()},
@@ -1250,7 +1292,7 @@ class _Kinds:
         """What using what was read did: certify one input (a model), the inputs again (a resumed run)."""
         import numpy as np
 
-        if kind == "npz":
+        if kind in ("npz", "npy"):
             return "", ""
         if kind == "checkpoint":  # the store the run left, which answers these inputs again (MemoryAllocator)
             problem = _store_problem(value[0].regions_, len(value[0].classes_))
