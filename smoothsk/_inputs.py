@@ -298,7 +298,9 @@ class Inputs:
 
 
 class _Stream:
-    """The rows of a memory-mapped array or a Dataset in float32, each Dataset item checked (see the module docstring).
+    """The rows of a memory-mapped array, an ``.npy`` file or a Dataset in float32, each Dataset item checked.
+
+    See the module docstring.
 
     Parameters
     ----------
@@ -347,8 +349,9 @@ class _Stream:
         Returns
         -------
         X : ndarray of float32, shape (stop - start, *shape[1:])
-            A copy of the memory-mapped rows, or the Dataset's items, each
-            written into it as it is read.
+            A copy of the memory-mapped rows, the rows read from the
+            ``.npy`` file, or the Dataset's items, each written into it as
+            it is read.
         labels : list or None
             The Dataset's labels of the rows; None without labels.
         """
@@ -364,7 +367,7 @@ class _Stream:
         return X, None if self._first_label is None else labels
 
     def where(self, index):
-        """Input ``index``, named for a message (with the file a memory-mapped array maps)."""
+        """Input ``index``, named for a message (with the file of a memory-mapped array or an ``.npy`` file)."""
         if _is_file_of_rows(self._X):
             filename = getattr(self._X, "filename", None)
             return f"X[{index}] (row {index} of {_kind_of_file(self._X, definite=True)} X" + (

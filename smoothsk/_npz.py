@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._regular_file import open_regular_file
+from ._regular_file import open_regular_file, physical_memory
 
 __all__ = ["ArrayHeader", "NpyFile", "NpzArchive", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES",
            "SMALL_MEMBER_BYTES"]
@@ -329,30 +329,45 @@ class NpyFile:
         Raises
         ------
         ValueError
-            Naming the file, where it holds fewer bytes than when it was opened.
+            Naming the file: closed, more rows than the machine's memory
+            holds, a read error, or fewer bytes than when it was opened.
         """
-        count, features, itemsize = stop - start, math.prod(self.shape[1:]), self.dtype.itemsize
-        if not self._fortran_order:
-            data = self._read(start * features * itemsize, count * features * itemsize)
-            return np.frombuffer(data, self.dtype).reshape((count,) + self.shape[1:])
-        # Fortran order: value (i, j) of the (n, features) array is at i + n * j, so each feature is one run.
-        runs = [np.frombuffer(self._read((feature * len(self) + start) * itemsize, count * itemsize), self.dtype)
-                for feature in range(features)]
-        return np.ascontiguousarray(np.stack(runs).T.reshape((count,) + self.shape[1:], order="F"))
+        if not self._close.alive:  # its descriptor's number may name another file by now
+            raise ValueError(f"{self.filename}: read after it was closed.")
+        count, features = stop - start, math.prod(self.shape[1:])
+        size = count * features * self.dtype.itemsize
+        if size > physical_memory():
+            raise ValueError(f"{self.filename}: rows {start} to {stop} take {size} bytes, more than this machine's "
+                             f"memory ({physical_memory()}).")
+        try:
+            if not self._fortran_order:
+                rows = np.empty((count,) + self.shape[1:], self.dtype)
+                self._read_into(rows, start * features)
+                return rows
+            # Fortran order: value (i, j) of the (n, features) array is at i + n * j, so the rows of each feature
+            # are one run of the file, read into one row of the transposed chunk.
+            runs = np.empty((features, count), self.dtype)
+            for feature in range(features):
+                self._read_into(runs[feature], feature * len(self) + start)
+            return np.ascontiguousarray(runs.T.reshape((count,) + self.shape[1:], order="F"))
+        except MemoryError:
+            raise ValueError(f"{self.filename}: rows {start} to {stop} take {size} bytes, more than this process "
+                             "can allocate.") from None
+        except OSError as error:
+            raise ValueError(f"{self.filename}: cannot read it ({error.strerror or error}).") from error
 
-    def _read(self, at, size):
-        """``size`` bytes of the data from its byte ``at``, all of them, in a writeable buffer."""
-        data = bytearray(size)
+    def _read_into(self, values, first):
+        """Fill the C-contiguous array ``values`` from the data's value ``first`` on."""
+        view = memoryview(values.reshape(-1).view(np.uint8))
+        at = self._offset + first * self.dtype.itemsize
         done = 0
-        while done < size:
-            piece = os.pread(self._descriptor, size - done, self._offset + at + done)
+        while done < len(view):
+            piece = os.pread(self._descriptor, len(view) - done, at + done)
             if not piece:
-                held = os.fstat(self._descriptor).st_size
-                raise ValueError(f"{self.filename}: changed while it was read: it holds {held} bytes, not the "
-                                 f"{self._size} it held when opened.")
-            data[done:done + len(piece)] = piece
+                raise ValueError(f"{self.filename}: changed while it was read: nothing at its byte {at + done}, "
+                                 f"of the {self._size} it held when opened.")
+            view[done:done + len(piece)] = piece
             done += len(piece)
-        return data
 
 
 def _checked_npy_header(file):

@@ -27,7 +27,7 @@ import errno
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file", "read_regular_file"]
+__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file", "physical_memory", "read_regular_file"]
 
 
 class NotARegularFileError(OSError):
@@ -113,6 +113,11 @@ def open_regular_file(path):
     return os.fdopen(descriptor, "rb")  # owns the descriptor from here on, and closes it should it fail
 
 
+def physical_memory():
+    """The machine's memory in bytes: no file read whole, and no array read at once, can be larger."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def read_regular_file(path, largest=None):
     """The bytes of the regular file at ``path``, read whole through the descriptor :func:`open_regular_file` checked.
 
@@ -146,7 +151,7 @@ def read_regular_file(path, largest=None):
     """
     with open_regular_file(path) as file:
         size = os.fstat(file.fileno()).st_size
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        memory = physical_memory()
         if largest is not None and size > largest:
             raise OSError(errno.EFBIG, f"{size} bytes, more than the {largest} a file of its kind may take",
                           os.fspath(path))

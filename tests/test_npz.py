@@ -1,7 +1,9 @@
 """Tests of smoothsk._npz: arrays of a hostile .npz are read only within checked bounds."""
 
+import errno
 import os
 import re
+import tracemalloc
 import zipfile
 
 import numpy as np
@@ -170,8 +172,46 @@ class TestNpyFile:
         images = np.asfortranarray(np.arange(5 * 2 * 3 * 4, dtype=">f8").reshape(5, 2, 3, 4))
         np.save(tmp_path / "f.npy", images)
         npy = NpyFile(tmp_path / "f.npy")
-        np.testing.assert_array_equal(npy.rows(1, 4), images[1:4])
+        rows = npy.rows(1, 4)
+        np.testing.assert_array_equal(rows, images[1:4])
+        assert rows.dtype == np.dtype(">f8") and rows.flags.c_contiguous
         np.testing.assert_array_equal(np.asarray(npy, dtype=np.float32), images.astype(np.float32))
+
+    def test_a_row_of_a_fortran_ordered_file_takes_the_memory_of_a_row(self, tmp_path):
+        # 65,536 features: one run of the file each. A list of a buffer and an array per run took 13 MB.
+        np.save(tmp_path / "f.npy", np.asfortranarray(np.ones((2, 1 << 16), np.float32)))
+        npy = NpyFile(tmp_path / "f.npy")
+        tracemalloc.start()
+        try:
+            row = npy.rows(1, 2)
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert row.shape == (1, 1 << 16) and (row == 1).all()
+        assert peak < 4 * row.nbytes, peak
+
+    def test_rows_beyond_the_machines_memory_are_refused_before_they_are_allocated(self, tmp_path):
+        path = tmp_path / "huge.npy"
+        content = npy_bytes(np.zeros((1, 1024), np.float32), shape=(1 << 28, 1024))
+        path.write_bytes(content)
+        os.truncate(path, len(content) - 4096 + (1 << 40))  # its header, then the 1 TiB it declares, of nothing
+        npy = NpyFile(path)
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: rows 0 to 268435456 take 1099511627776 "
+                                             r"bytes, more than this machine's memory \(\d+\)\.$"):
+            np.asarray(npy)  # what a call that reads its inputs in one piece does (a stateful allocator)
+        assert npy.rows(5, 6).shape == (1, 1024)
+
+    def test_a_read_error_names_the_file(self, tmp_path, monkeypatch):
+        np.save(tmp_path / "a.npy", ARRAYS["X"])
+        npy = NpyFile(tmp_path / "a.npy")
+
+        def failing(*args):
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "pread", failing)
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'a.npy'))}: cannot read it "
+                                             r"\(Input/output error\)\.$"):
+            npy.rows(0, 1)
 
     @pytest.mark.parametrize("order", ["C", "F"])
     def test_a_file_cut_short_once_opened_is_a_value_error_naming_it(self, tmp_path, order):
@@ -181,8 +221,8 @@ class TestNpyFile:
         os.truncate(path, 1000)
         if order == "C":  # what is still there reads as it was
             np.testing.assert_array_equal(npy.rows(0, 1), np.ones((1, 8)))
-        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: changed while it was read: it holds "
-                                             r"1000 bytes, not the 3328 it held when opened\.$"):
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: changed while it was read: nothing at its "
+                                             r"byte \d+, of the 3328 it held when opened\.$"):
             npy.rows(90, 100)
 
     def test_the_descriptor_is_closed_with_the_object(self, tmp_path):
@@ -192,8 +232,8 @@ class TestNpyFile:
             NpyFile(tmp_path / "a.npy").rows(0, 1)
         npy = NpyFile(tmp_path / "a.npy")
         npy.close()
-        with pytest.raises(OSError):
-            npy.rows(0, 1)
+        with pytest.raises(ValueError, match="read after it was closed"):
+            npy.rows(0, 1)  # not from the descriptor's number, which may name another file by now
         if before is not None:
             assert len(os.listdir("/proc/self/fd")) == before
 
