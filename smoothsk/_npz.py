@@ -265,7 +265,10 @@ class NpyFile:
     ``os.pread``, so nothing renamed over ``path`` is read, and a file cut
     short in place by its writer is a ``ValueError`` naming it (a mapped
     file would kill the process with SIGBUS). The descriptor is closed with
-    the object (or by :meth:`close`).
+    the object (or by :meth:`close`). A Fortran-ordered file's rows are
+    read one feature at a time (its rows of one feature are one run of the
+    file): one read per feature per chunk, about 1 s per 32 MiB chunk of
+    3x224x224 inputs (0.04 s in C order); ``np.save`` a C-ordered array.
 
     Parameters
     ----------
