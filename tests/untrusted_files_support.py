@@ -866,20 +866,7 @@ def mutate_npy_file(content, rng, marker):
 
 def mutate_npy_bytes(content, rng, marker):
     """Raw bytes of an ``.npy`` file: flips, truncation, appended bytes, an empty file, a pickle."""
-    import pickle
-
-    action = rng.choice(["flip", "flip", "truncate", "append", "empty", "pickle"])
-    if action == "flip":
-        data, description = flip_bits(content, rng)
-        return Mutation("npy-bytes", description, data, "none")
-    if action == "truncate":
-        cut = rng.randrange(len(content))
-        return Mutation("npy-bytes", f"truncated to {cut} of {len(content)} bytes", content[:cut], "none")
-    if action == "append":
-        return Mutation("npy-bytes", "bytes appended", content + bytes(rng.randrange(1, 64)), "none")
-    if action == "empty":
-        return Mutation("npy-bytes", "empty file", b"", "none")
-    return Mutation("npy-bytes", "a pickle that touches the marker", pickle.dumps(_Pickled(f"touch {marker}")), "none")
+    return _raw_bytes("npy-bytes", content, bytes(16), rng, marker)
 
 
 def _edited_npy(content, rng, marker):
@@ -1029,22 +1016,26 @@ def mutate_checkpoint_header(archive, rng, marker):
 
 def mutate_archive_bytes(archive, rng, marker):
     """Raw bytes of the archive: flips, truncation, appended bytes, an empty file, a pickle."""
+    raw = zipped(list(archive[0].items()), archive[1])
+    return _raw_bytes("archive-bytes", raw, b"PK\x05\x06" + bytes(18) + b"\0" * 10, rng, marker)
+
+
+def _raw_bytes(family, raw, tail, rng, marker):
+    """A :class:`Mutation` of a file's bytes ``raw``: flips, truncation, ``tail`` appended, empty, a pickle."""
     import pickle
 
-    raw = zipped(list(archive[0].items()), archive[1])
     action = rng.choice(["flip", "flip", "truncate", "append", "empty", "pickle"])
     if action == "flip":
         data, description = flip_bits(raw, rng)
-        return Mutation("archive-bytes", description, data, "none")
+        return Mutation(family, description, data, "none")
     if action == "truncate":
         cut = rng.randrange(len(raw))
-        return Mutation("archive-bytes", f"truncated to {cut} of {len(raw)} bytes", raw[:cut], "none")
+        return Mutation(family, f"truncated to {cut} of {len(raw)} bytes", raw[:cut], "none")
     if action == "append":
-        return Mutation("archive-bytes", "bytes appended", raw + b"PK\x05\x06" + bytes(18) + b"\0" * 10, "none")
+        return Mutation(family, "bytes appended", raw + tail, "none")
     if action == "empty":
-        return Mutation("archive-bytes", "empty file", b"", "none")
-    return Mutation("archive-bytes", "a pickle that touches the marker", pickle.dumps(_Pickled(f"touch {marker}")),
-                    "none")
+        return Mutation(family, "empty file", b"", "none")
+    return Mutation(family, "a pickle that touches the marker", pickle.dumps(_Pickled(f"touch {marker}")), "none")
 
 
 #: Mutation families of ``.npz`` files (and checkpoints), those of checkpoints only, and those of ``.npy`` files;
