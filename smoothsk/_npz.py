@@ -310,6 +310,8 @@ class NpyFile:
         return self.shape[0]
 
     def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError(f"{self.filename}: an .npy file's values are read, never viewed without a copy.")
         return self.rows(0, len(self)).astype(dtype or self.dtype, copy=False)
 
     def close(self):
@@ -338,10 +340,10 @@ class NpyFile:
         if not self._close.alive:  # its descriptor's number may name another file by now
             raise ValueError(f"{self.filename}: read after it was closed.")
         count, features = stop - start, math.prod(self.shape[1:])
-        size = count * features * self.dtype.itemsize
-        if size > physical_memory():
+        size, memory = count * features * self.dtype.itemsize, physical_memory()
+        if size > memory:
             raise ValueError(f"{self.filename}: rows {start} to {stop} take {size} bytes, more than this machine's "
-                             f"memory ({physical_memory()}).")
+                             f"memory ({memory}).")
         try:
             if not self._fortran_order:
                 rows = np.empty((count,) + self.shape[1:], self.dtype)
