@@ -51,6 +51,11 @@ def run_demo_command(args):
 class InputFileError(ValueError):
     """A file given on the command line is not what the command needs (the message names it)."""
 
+    @classmethod
+    def unreadable(cls, name, error):
+        """The error for a file named ``name`` that the ``OSError`` ``error`` kept from being read."""
+        return cls(f"{name}: cannot read it ({error.strerror or error}).")
+
 
 def read_npz(path, require_y):
     """Read and check the arrays ``X`` and ``y`` of an ``.npz`` file, which may be hostile.
@@ -86,7 +91,7 @@ def read_npz(path, require_y):
     try:
         archive = NpzArchive(path)
     except OSError as exc:  # no file to read (missing, a FIFO, empty): no archive to write
-        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
+        raise InputFileError.unreadable(path, exc) from exc
     except ValueError as exc:
         message = f"{path}: not a readable .npz file ({exc}); write it with np.savez(path, X=X, y=y)."
         raise InputFileError(message) from exc
@@ -147,7 +152,7 @@ def read_npy(path):
     try:
         X = NpyFile(path)
     except OSError as exc:  # gone, or swapped, since its magic was read
-        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
+        raise InputFileError.unreadable(path, exc) from exc
     except ValueError as exc:
         raise InputFileError(f"{path}: not a readable .npy file ({exc}); write it with np.save(path, X).") from exc
     if X.dtype.kind != "f" or X.ndim < 2:
@@ -198,7 +203,7 @@ def read_certify_data(path, input_shape):
         with open_regular_file(path) as file:
             magic = file.read(6)
     except OSError as exc:
-        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
+        raise InputFileError.unreadable(path, exc) from exc
     if magic == b"\x93NUMPY":
         return read_npy(path), None
     return read_npz(path, require_y=False)
@@ -284,7 +289,7 @@ def read_key(path):
         with open(path, "rb") as file:
             key = file.read(MAX_KEY_FILE_BYTES + 1).rstrip(b"\r\n")
     except OSError as exc:
-        raise InputFileError(f"--key-file {path}: cannot read it ({exc.strerror or exc}).") from exc
+        raise InputFileError.unreadable(f"--key-file {path}", exc) from exc
     if not MIN_KEY_BYTES <= len(key) <= MAX_KEY_FILE_BYTES:
         raise InputFileError(f"--key-file {path}: a key must be {MIN_KEY_BYTES} to {MAX_KEY_FILE_BYTES} bytes; the "
                              f"file holds {len(key)} (make one with: python -c \"import secrets; "
