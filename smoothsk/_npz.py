@@ -11,7 +11,7 @@ zip directory and the member's ``.npy`` header:
   they cannot exhaust memory);
 - that the header is an ``.npy`` header of format version 1 or 2, at most
   :data:`MAX_NPY_HEADER_BYTES` long, of a dtype that holds no Python objects
-  (pickles are never loaded);
+  (pickles are never loaded) and a shape numpy writes (``_read_npy_header``);
 - that the data it declares (shape times item size) is exactly what the
   member holds, and at most the caller's ``max_bytes``.
 
@@ -60,6 +60,10 @@ _NPY_PREAMBLE_BYTES = len(_NPY_MAGIC) + 2 + 4
 #: What opening or reading a zip archive or one of its members may raise on a damaged or hostile file
 #: (RuntimeError: an encrypted member or an unsupported compression method).
 _ZIP_ERRORS = (OSError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error, lzma.LZMAError)
+#: Most dimensions a numpy array has (``NPY_MAXDIMS`` of numpy 2).
+_MAX_DIMENSIONS = 64
+#: Most characters of a header that a message quotes.
+_MAX_QUOTED_CHARACTERS = 120
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
@@ -84,7 +88,7 @@ class ArrayHeader:
         return math.prod(self.shape) * self.dtype.itemsize
 
     def __str__(self):
-        return f"shape {self.shape} of {self.dtype}"
+        return f"shape {reprlib.repr(self.shape)} of {self.dtype}"
 
 
 class NpzArchive:
@@ -221,16 +225,7 @@ class NpzArchive:
     def _read_header(self, member, info):
         """Parse and check the ``.npy`` header at the start of ``member`` (entry ``info``)."""
         name = info.filename.removesuffix(".npy")
-        try:
-            header = _read_npy_header(member)
-        except ValueError as error:
-            raise ValueError(f"array {name!r} has {error}") from error
-        shape, dtype = header.shape, header.dtype
-        if dtype.hasobject:
-            raise ValueError(f"array {name!r} holds Python objects ({header}), which smoothsk never loads (unpickling "
-                             f"runs code); save numeric or string arrays")
-        if dtype.itemsize == 0 or min(shape, default=0) < 0:
-            raise ValueError(f"array {name!r} declares {header}, which no array written by numpy has")
+        header = _read_npy_header(member, f"array {name!r}")
         held = info.file_size - member.tell()
         if header.nbytes != held:
             raise ValueError(f"array {name!r} declares {header.nbytes} bytes ({header}) but holds {held}")
@@ -377,30 +372,57 @@ class NpyFile:
 
 def _checked_npy_header(file):
     """The ``.npy`` header at the start of ``file``, checked (see :class:`NpyFile`), and where its data starts."""
-    magic = file.read(len(_NPY_MAGIC))
+    if file.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+        raise ValueError("not an .npy file (no .npy magic string)")
     file.seek(0)
-    header = _read_npy_header(file) if magic == _NPY_MAGIC else None
+    header = _read_npy_header(file, "it")
     offset = file.tell()
     held = os.fstat(file.fileno()).st_size - offset
-    if header is None:
-        raise ValueError("not an .npy file (no .npy magic string)")
-    if header.dtype.hasobject:
-        raise ValueError(f"it holds Python objects ({header}), which smoothsk never loads (unpickling runs code); "
-                         "save numeric arrays")
-    if header.dtype.itemsize == 0 or min(header.shape, default=0) < 0 or header.nbytes != held:
+    if header.nbytes != held:
         raise ValueError(f"it declares {header.nbytes} bytes ({header}) but holds {held} after its header")
     if header.nbytes == 0:
         raise ValueError(f"it holds no values ({header})")
     return header, offset
 
 
-def _read_npy_header(file):
-    """What the ``.npy`` header at the start of ``file`` declares (of format version 1 or 2, not too long)."""
+def _read_npy_header(file, subject):
+    """What the ``.npy`` header at the start of ``file`` declares, checked against what numpy writes.
+
+    The header must be of format version 1 or 2, at most
+    :data:`MAX_NPY_HEADER_BYTES` long, hold no Python objects, and declare
+    a shape numpy can write: at most :data:`_MAX_DIMENSIONS` dimensions,
+    each a non-negative ``int`` (numpy's reader also takes a ``bool``),
+    items of non-zero size, and fewer than ``2**63`` bytes in all. So every
+    size a message quotes is short, and every later step (the size check,
+    the allocation, the reshape) gets the integers it expects.
+
+    Parameters
+    ----------
+    file : binary file
+        At the start of the ``.npy`` bytes; left just after the header.
+    subject : str
+        What the messages call the array (``"array 'X'"``, ``"it"``).
+
+    Returns
+    -------
+    ArrayHeader
+    """
     try:
         version = np.lib.format.read_magic(file)
         if version not in _HEADER_READERS:
             raise ValueError(f".npy format version {version}, which is not read")
         shape, fortran_order, dtype = _HEADER_READERS[version](file, max_header_size=MAX_NPY_HEADER_BYTES)
     except (ValueError, TypeError, SyntaxError, RecursionError, tokenize.TokenError) as error:
-        raise ValueError(f"no valid .npy header ({' '.join(str(error).split())})") from error
-    return ArrayHeader(tuple(shape), dtype, bool(fortran_order))
+        # numpy's messages quote the header: up to 10 kB on one line.
+        reason = " ".join(str(error).split())
+        if len(reason) > _MAX_QUOTED_CHARACTERS:
+            reason = reason[:_MAX_QUOTED_CHARACTERS] + " ..."
+        raise ValueError(f"{subject} has no valid .npy header ({reason})") from error
+    header = ArrayHeader(tuple(shape), dtype, bool(fortran_order))
+    if dtype.hasobject:
+        raise ValueError(f"{subject} holds Python objects ({header}), which smoothsk never loads (unpickling runs "
+                         f"code); save numeric or string arrays")
+    if not (len(shape) <= _MAX_DIMENSIONS and all(type(size) is int and size >= 0 for size in shape)
+            and dtype.itemsize > 0 and header.nbytes < 2 ** 63):
+        raise ValueError(f"{subject} declares {header}, which no array written by numpy has")
+    return header
