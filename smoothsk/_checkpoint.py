@@ -79,7 +79,7 @@ _PART_NAMES = {
     "checkpoint_every": "checkpoint_every",
     "version": "the smoothsk version",
 }
-_START_OVER = "delete {path} to start over, or pass another path as checkpoint="
+_START_OVER = "delete {path} to start over, or pass another checkpoint path"
 #: Most bytes of JSON header read (a run's header takes a few kilobytes).
 MAX_HEADER_BYTES = 1 << 20
 #: The certificate arrays of integer dtype; the others are float.

@@ -298,7 +298,7 @@ class TestOtherRuns:
         saved = interrupt(clf, X, path)
         with torch.no_grad():
             clf, X = change(clf, X)
-        with pytest.raises(ValueError, match=rf"another run.*{part}.*delete .* or pass another path"):
+        with pytest.raises(ValueError, match=rf"another run.*{part}.*delete .* or pass another checkpoint path"):
             clf.certify(X, checkpoint=path, checkpoint_every=10)
         assert InterruptingSampler.calls == []
         assert path.read_bytes() == saved

@@ -285,6 +285,7 @@ class TestBadFiles:
                      "--checkpoint", str(checkpoint)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"smoothsk certify: error: {checkpoint} is not a smoothsk")
+        assert "checkpoint=" not in err  # the estimator's argument: a command-line user passes --checkpoint
         assert checkpoint.exists()
 
     @pytest.mark.parametrize("where", ["fit", "certify"])
