@@ -796,6 +796,11 @@ def _rebuild(cls, document, tensors, source, module, classes):
     return estimator
 
 
+#: What building or validating from a file's parameters raises besides ValueError: the parameters' fault,
+#: never this process's (an OverflowError or MemoryError of a parameter no check foresaw).
+_BUILD_ERRORS = (TypeError, RuntimeError, AttributeError, LookupError, ArithmeticError, MemoryError)
+
+
 def _built(build, source):
     """``build()``, its errors (the saved parameters' fault) as one ValueError naming ``source``."""
     try:
@@ -804,7 +809,7 @@ def _built(build, source):
         if str(exc).startswith(source) and "\n" not in str(exc):
             raise
         error = exc
-    except (TypeError, RuntimeError, AttributeError, LookupError, ArithmeticError, MemoryError) as exc:
+    except _BUILD_ERRORS as exc:
         error = exc
     raise ValueError(f"{source}: cannot rebuild the estimator from the saved parameters: "
                      f"{type(error).__name__}: {' '.join(str(error).split())}") from error
@@ -834,7 +839,7 @@ def _validate(component, name, source):
     """``component.validate()``, its refusal one ValueError naming ``source`` and ``name``."""
     try:
         component.validate()
-    except (TypeError, ValueError) as exc:
+    except (ValueError, *_BUILD_ERRORS) as exc:
         raise ValueError(f"{source}: parameter {name!r} is invalid: {' '.join(str(exc).split())}") from None
 
 

@@ -23,6 +23,7 @@ from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import CifarResNet, FlatMLP
 from smoothsk.sampling import FixedSampler
+from smoothsk.sigma import GridSigmaSearch
 from smoothsk.training import FixedSigmaTraining
 
 from conftest import forbid
@@ -317,6 +318,21 @@ class TestOneClearError:
         with pytest.raises(ValueError, match=rf"evil\.safetensors: parameter 'sigma_search_' is invalid: .*'{name}'"):
             load(forge(tmp_path / "evil.safetensors", document, tensors))
 
+    @pytest.mark.parametrize("error", [OverflowError("cannot convert float infinity to integer"), MemoryError()])
+    def test_a_validation_no_check_foresaw_failing_is_a_refusal(self, error, flat_mlp_file, tmp_path, monkeypatch):
+        """A component's validation that overflows or runs out of memory on a file's values (a grid's step of
+        5e-324 did, before grids were counted) is the file's fault: one ValueError naming it."""
+        evil = forged_with(flat_mlp_file, tmp_path / "evil.safetensors", sigma_search={
+            "class": "smoothsk.sigma.GridSigmaSearch", "params": {"step": 0.05}})
+
+        def fails(self):
+            raise error
+
+        monkeypatch.setattr(GridSigmaSearch, "grid_sigmas", fails)
+        with pytest.raises(ValueError, match=r"evil\.safetensors: parameter 'sigma_search' is invalid") as refusal:
+            load(evil)
+        assert "\n" not in str(refusal.value)
+
     def test_a_refusal_over_several_lines_becomes_one(self, flat_mlp_file, tmp_path):
         """CertifiedSigmaSelector's refusal of its levels shows them, a 2-d tensor over several lines."""
         document, tensors = read_file(flat_mlp_file)
@@ -444,6 +460,11 @@ def _hostile_files(flat_mlp_file, folder):
         variant("selector_probe", selector_probe, selector_tensors),
         variant("component", lambda doc: doc["params"].update(
             sampler={"class": "smoothsk.models.FlatMLP", "params": {"hidden": 10**9}})),
+        # A grid of 10**8 noise levels: 0.8 GB before anything is certified.
+        variant("grid", lambda doc: doc["params"].update(sigma_search={
+            "class": "smoothsk.sigma.GridSigmaSearch", "params": {"sigma_min": 0.1, "sigma_max": 1.0, "step": 1e-8}})),
+        variant("pretrain_grid", lambda doc: doc["params"].update(training={
+            "class": "smoothsk.training.PretrainFinetune", "params": {"sigma_max": 1e7}})),
     ])
 
 
@@ -455,7 +476,8 @@ def test_small_files_cannot_make_loading_allocate(flat_mlp_file, tmp_path):
     results = dict(zip(files, refused_in_subprocess(files.values()), strict=True))
     expected = {"wide_labels": "classes_", "hidden": "module_", "blocks": "module_", "input_shape": "input_shape_",
                 "sampler_n": "sampler", "batch": "certify_batch_size", "component": "sampler",
-                "lazy_probe": "module_", "selector_probe": "sigma_search_ selector"}
+                "lazy_probe": "module_", "selector_probe": "sigma_search_ selector", "grid": "sigma_search",
+                "pretrain_grid": "training"}
     for name, (error, message, growth) in results.items():
         assert error == "ValueError", f"{name}: {error}: {message[:300]}"
         assert "\n" not in message and f"{name}.safetensors" in message and expected[name] in message, message

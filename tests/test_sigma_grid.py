@@ -85,6 +85,10 @@ class TestGridSigmaSearch:
         ({"n": 0}, "'n'"),
         ({"sigma_min": 0.12, "sigma_max": 0.13}, "grid is empty"),
         ({"alpha": 1.5}, "alpha"),
+        # The grid is refused by its count, before it is built: no OverflowError, no 0.8 GB array.
+        ({"sigma_min": 0.1, "sigma_max": 1.0, "step": 1e-8}, "90000001 noise levels, more than the 10000"),
+        ({"sigma_max": 1e308, "step": 5e-324}, "more than the 10000"),
+        ({"sigma_max": 1.0, "step": 2.0**64}, "grid is empty"),
     ])
     def test_invalid_parameters(self, params, match):
         with pytest.raises(ValueError, match=match):

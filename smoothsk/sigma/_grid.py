@@ -1,5 +1,6 @@
 """Grid search over noise levels with Monte Carlo radius estimates (PFAT, Wang et al. 2021)."""
 
+import math
 from numbers import Real
 
 import numpy as np
@@ -8,6 +9,9 @@ from .._constraints import SAMPLE_SIZE, Interval
 from .._stages import SEARCH_STAGE
 from ..statistics import top_class_radius
 from ._base import BaseSigmaSearch, SigmaSearchResult
+
+#: Most noise levels a grid may hold (PFAT's grids hold 18 or so; each level costs ``n`` samples per input).
+MAX_GRID_LEVELS = 10_000
 
 
 class GridSigmaSearch(BaseSigmaSearch):
@@ -88,10 +92,23 @@ class GridSigmaSearch(BaseSigmaSearch):
             ``0.15``), or to 3 significant digits of ``step`` for steps below
             1e-9; an end within ``1e-9 * step`` of a multiple counts as that
             multiple and stays the end itself.
+
+        Raises
+        ------
+        ValueError
+            If the grid would hold more than :data:`MAX_GRID_LEVELS` levels
+            (checked before it is built).
         """
         # A tolerance keeps ends that are multiples of step up to rounding; clipping keeps them in the range.
-        first = max(1, int(np.ceil(self.sigma_min / self.step - 1e-9)))
-        last = int(np.floor(self.sigma_max / self.step + 1e-9))
+        first, last = float(self.sigma_min) / self.step - 1e-9, float(self.sigma_max) / self.step + 1e-9
+        # Counted before anything is built: a few bytes of parameters (a model file's) may not ask for a
+        # grid of 10**8 levels, or one too long to count (an infinite ratio).
+        if not last - first <= MAX_GRID_LEVELS:
+            count = f"{math.floor(last) - math.ceil(first) + 1} noise levels" if math.isfinite(last) else "too many"
+            raise ValueError(f"The grid of the multiples of step={self.step} in [sigma_min, sigma_max] = "
+                             f"[{self.sigma_min}, {self.sigma_max}] has {count}, more than the {MAX_GRID_LEVELS} "
+                             f"searched (each costs n={self.n} noisy samples per input); take a larger step.")
+        first, last = max(1, math.ceil(first)), math.floor(last)
         decimals = max(12, 2 - int(np.floor(np.log10(self.step))))
         grid = np.round(np.arange(first, last + 1) * self.step, decimals)
         return np.clip(grid, self.sigma_min, self.sigma_max)
