@@ -10,8 +10,9 @@ zip directory and the member's ``.npy`` header:
   compressed one (members of at most :data:`SMALL_MEMBER_BYTES` excepted:
   they cannot exhaust memory);
 - that the header is an ``.npy`` header of format version 1 or 2, at most
-  :data:`MAX_NPY_HEADER_BYTES` long, of a dtype that holds no Python objects
-  (pickles are never loaded) and a shape numpy writes (``_read_npy_header``);
+  :data:`MAX_NPY_HEADER_BYTES` long, of a plain dtype (no records) that holds
+  no Python objects (pickles are never loaded) and a shape numpy can create
+  (``_read_npy_header``);
 - that the data it declares (shape times item size) is exactly what the
   member holds, and at most the caller's ``max_bytes``.
 
@@ -389,12 +390,14 @@ def _read_npy_header(file, subject):
     """What the ``.npy`` header at the start of ``file`` declares, checked against what numpy writes.
 
     The header must be of format version 1 or 2, at most
-    :data:`MAX_NPY_HEADER_BYTES` long, hold no Python objects, and declare
-    a shape numpy can write: at most :data:`_MAX_DIMENSIONS` dimensions,
-    each a non-negative ``int`` (numpy's reader also takes a ``bool``),
-    items of non-zero size, and fewer than ``2**63`` bytes in all. So every
-    size a message quotes is short, and every later step (the size check,
-    the allocation, the reshape) gets the integers it expects.
+    :data:`MAX_NPY_HEADER_BYTES` long, of a plain dtype (no records, whose
+    description alone may take the header's 10 kB; no Python objects), and
+    declare a shape numpy can create: at most :data:`_MAX_DIMENSIONS`
+    dimensions, each a non-negative ``int`` (numpy's reader also takes a
+    ``bool``), items of non-zero size, and fewer than ``2**63`` bytes with
+    every empty dimension counted as 1. So every size and dtype a message
+    quotes is short, and every later step (the size check, the allocation,
+    the reshape) gets the integers it expects.
 
     Parameters
     ----------
@@ -418,11 +421,15 @@ def _read_npy_header(file, subject):
         if len(reason) > _MAX_QUOTED_CHARACTERS:
             reason = reason[:_MAX_QUOTED_CHARACTERS] + " ..."
         raise ValueError(f"{subject} has no valid .npy header ({reason})") from error
+    if dtype.fields is not None or dtype.subdtype is not None:  # nothing smoothsk reads is made of records
+        fields = f"{len(dtype.fields)} fields" if dtype.fields is not None else "sub-arrays"
+        raise ValueError(f"{subject} holds records ({fields}), which smoothsk never reads; save plain numeric or "
+                         f"string arrays")
     header = ArrayHeader(tuple(shape), dtype, bool(fortran_order))
     if dtype.hasobject:
         raise ValueError(f"{subject} holds Python objects ({header}), which smoothsk never loads (unpickling runs "
                          f"code); save numeric or string arrays")
     if not (len(shape) <= _MAX_DIMENSIONS and all(type(size) is int and size >= 0 for size in shape)
-            and dtype.itemsize > 0 and header.nbytes < 2 ** 63):
+            and dtype.itemsize > 0 and math.prod(max(size, 1) for size in shape) * dtype.itemsize < 2 ** 63):
         raise ValueError(f"{subject} declares {header}, which no array written by numpy has")
     return header

@@ -97,6 +97,23 @@ class TestRefusals:
         write_npz(path, {"X": npy_bytes(np.zeros(4, np.float32), shape=(True, 4))})
         refused(path, r"'X' declares shape \(True, 4\) of float32, which no array written by numpy has")
 
+    @pytest.mark.parametrize("shape", [(2**63, 0), (2**62, 2**62, 0)])
+    def test_a_shape_numpy_cannot_create_is_refused_even_if_empty(self, tmp_path, shape):
+        # numpy's reshape raised 'Maximum allowed dimension exceeded', naming no array.
+        path = tmp_path / "empty.npz"
+        write_npz(path, {"X": npy_bytes(np.zeros(0, np.float32), shape=shape)})
+        refused(path, r"'X' declares shape .*, which no array written by numpy has")
+
+    def test_records_are_refused_without_quoting_their_fields(self, tmp_path):
+        # A structured dtype of 500 fields fits a header: every message quoting it was 8 kB long.
+        fields = np.dtype([(f"f{i}", "<f4") for i in range(500)])
+        path = tmp_path / "records.npz"
+        write_npz(path, {"X": np.zeros(1, fields)})
+        with pytest.raises(ValueError, match=r"'X' holds records \(500 fields\)") as error, \
+                NpzArchive(path) as archive:
+            archive.header("X")
+        assert len(str(error.value)) < 300
+
     def test_more_than_max_bytes_is_refused(self, tmp_path):
         path = tmp_path / "data.npz"
         np.savez(path, X=ARRAYS["X"])
