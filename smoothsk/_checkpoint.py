@@ -47,7 +47,6 @@ refused: resuming would mix certificates made against different stores.
 """
 
 import copy
-import dataclasses
 import hashlib
 import json
 import os
@@ -308,27 +307,22 @@ def _is_int(value):
 
 def _header_problem(header, n_chunks, store):
     """What in a header (of this run's fingerprint) no run of ``n_chunks`` chunks writes, or None."""
-    fields = {field.name: field for field in dataclasses.fields(store)}
-
-    def store_attributes(value):  # JSON-native attributes of the store's class (RegionStore.to_arrays)
-        return isinstance(value, dict) and set(value) == set(store.to_arrays()[1]) and all(
-            (item is None and fields[name].default is None)
-            or (isinstance(item, fields[name].type) and not isinstance(item, bool)) for name, item in value.items())
-
     expected = {
         "root_seed": (lambda value: _is_int(value) and 0 <= value < 2 ** 32, "an int in [0, 2**32)"),
         "chunks_done": (lambda value: _is_int(value) and 1 <= value <= n_chunks, f"an int in [1, {n_chunks}]"),
         "regions_start": (lambda value: isinstance(value, str), "a digest"),
         "regions_done": (lambda value: isinstance(value, str), "a digest"),
         "guarantee": (lambda value: isinstance(value, str), "a statement"),
-        "regions_attributes": (store_attributes, f"the attributes of a {type(store).__name__}"),
     }
     for key, (valid, description) in expected.items():
         if key not in header:
             return f"its header has no {key}"
         if not valid(header[key]):
             return f"its header's {key} is {reprlib.repr(header[key])}, not {description}"
-    return None
+    if "regions_attributes" not in header:
+        return "its header has no regions_attributes"
+    problem = type(store).attributes_problem(header["regions_attributes"])
+    return None if problem is None else f"its header's regions_attributes: {problem}"
 
 
 def _read_array(archive, name, shape, kinds):

@@ -524,6 +524,8 @@ class TestHostileCheckpoint:
         ("chunks_done", 2, r"certificates/\w+ is declared with shape \(10,\) .* not shape \(20,\)"),
         ("root_seed", "seed", "root_seed"), ("root_seed", -1, "root_seed"), ("guarantee", ["a list"], "guarantee"),
         ("regions_attributes", [], "regions_attributes"), ("regions_attributes", {"n_calls": "x"}, "regions_attr"),
+        ("regions_attributes", {"n_calls": 0, "weights": None, "allocator": None, "alpha": 1e300, "autocast": None},
+         r"regions_attributes: alpha is 1e\+300; expected None or a float in \(0, 1\)"),
     ])
     def test_a_header_the_run_cannot_have_written_is_refused(self, make_clf, tmp_path, entry, value, words):
         clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"

@@ -370,21 +370,34 @@ class TestOneClearError:
     @pytest.mark.parametrize(("name", "value"), [
         ("predictions", np.array([7])), ("predictions", np.array([-2])), ("radii", np.array([np.nan])),
         ("radii", np.array([-1.0])), ("sigmas", np.array([0.0])), ("sigmas", np.array([np.inf])),
-        ("p_lowers", np.array([1.5])), ("centres", np.full((1, 6), np.inf, np.float32)), ("n_calls", -1),
+        ("p_lowers", np.array([1.5])), ("centres", np.full((1, 6), np.inf, np.float32)),
     ])
     def test_regions_hold_the_values_of_certificates(self, name, value, flat_mlp_file, tmp_path):
         """A region predicting class 7 of 2 loaded, then MemoryAllocator's certify raised IndexError."""
         document, tensors = read_file(flat_mlp_file)
         load(forge(tmp_path / "valid.safetensors", document, _one_region(tensors)))
-        if name == "n_calls":
-            document["regions_"]["n_calls"] = value
-            tensors = _one_region(tensors)
-        else:
-            tensors = _one_region(tensors, **{name: value})
+        tensors = _one_region(tensors, **{name: value})
         with pytest.raises(ValueError, match=rf"evil\.safetensors: the region store's {name} hold values no "
                                              "certificate has"):
             load(forge(tmp_path / "evil.safetensors", document, tensors))
 
+
+    @pytest.mark.parametrize(("name", "value"), [
+        ("alpha", "A" * 5000), ("alpha", float("nan")), ("alpha", 1.5), ("weights", [1.0] * 10),
+        ("weights", "f" * 5000), ("allocator", {"class": "x"}), ("allocator", "MemoryAllocator; " * 300),
+        ("autocast", "float64"), ("n_calls", True), ("n_calls", -1), ("attributes", 1),
+    ], ids=["long alpha", "NaN alpha", "alpha 1.5", "list of weights", "long weights", "allocator dict",
+            "long allocator", "autocast float64", "bool n_calls", "negative n_calls", "one more attribute"])
+    def test_the_region_store_s_owner_is_one_a_store_records(self, name, value, flat_mlp_file, tmp_path):
+        """The owner's fields loaded whatever their type (a 5 kB alpha, NaN, a list of weights), to be quoted whole
+        or compared with nonsense when the store was used."""
+        document, tensors = read_file(flat_mlp_file)
+        document["regions_"].update(weights="0" * 64, allocator="MemoryAllocator", alpha=0.001, autocast=None)
+        load(forge(tmp_path / "valid.safetensors", document, _one_region(tensors)))
+        document["regions_"][name] = value
+        with pytest.raises(ValueError, match=rf"evil\.safetensors: the region store's {name}") as refusal:
+            load(forge(tmp_path / "evil.safetensors", document, _one_region(tensors)))
+        assert "\n" not in str(refusal.value) and len(str(refusal.value)) < 400
 
     def test_a_region_array_of_no_rows_at_all_is_refused_in_one_line(self, flat_mlp_file, tmp_path):
         """A 0-d array (another tensor's, swapped in by the fuzz) raised TypeError: len() of unsized object."""

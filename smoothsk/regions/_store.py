@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import hashlib
+import reprlib
 from dataclasses import dataclass
 
 import joblib
@@ -10,6 +11,18 @@ import numpy as np
 import torch
 
 from ..certificates import ABSTAIN
+
+#: What each attribute of a store read from a file may hold, with the description its refusal quotes: the
+#: owner's fields (see :meth:`RegionStore.check_owner`) are None until the store is first used.
+_ATTRIBUTES = {
+    "n_calls": ("an int >= 0", lambda value: type(value) is int and value >= 0),
+    "weights": ("None or a hex digest (module_fingerprint)", lambda value: value is None or (
+        type(value) is str and 0 < len(value) <= 128 and all(char in "0123456789abcdef" for char in value))),
+    "allocator": ("None or a class name", lambda value: value is None or (
+        type(value) is str and len(value) <= 100 and value.isidentifier())),
+    "alpha": ("None or a float in (0, 1)", lambda value: value is None or (type(value) is float and 0 < value < 1)),
+    "autocast": ("None, 'bfloat16' or 'float16'", lambda value: value in (None, "bfloat16", "float16")),
+}
 
 
 @dataclass
@@ -173,23 +186,43 @@ class RegionStore:
         if len({len(array) for array in arrays.values()}) > 1:
             raise ValueError(f"the region arrays have different numbers of rows "
                              f"{ {name: len(array) for name, array in arrays.items()} }.")
-        if not (isinstance(attributes, dict) and set(attributes) == set(template_attributes) and all(
-                template is None or type(attributes[name]) is type(template)
-                for name, template in template_attributes.items())):
-            raise ValueError(f"the region attributes {attributes!r} do not match "
-                             f"{ {name: type(value).__name__ for name, value in template_attributes.items()} }.")
+        problem = cls.attributes_problem(attributes)
+        if problem is not None:
+            raise ValueError(f"the region store's {problem}.")
         invalid = [name for name, valid in [
             ("centres", np.isfinite(arrays["centres"]).all()),
             ("radii", (arrays["radii"] >= 0).all()),
             ("sigmas", (np.isfinite(arrays["sigmas"]) & (arrays["sigmas"] > 0)).all()),
             ("predictions", ((arrays["predictions"] >= ABSTAIN) & (arrays["predictions"] < n_classes)).all()),
-            ("p_lowers", ((arrays["p_lowers"] >= 0) & (arrays["p_lowers"] <= 1)).all()),
-            ("n_calls", attributes["n_calls"] >= 0)] if not valid]
+            ("p_lowers", ((arrays["p_lowers"] >= 0) & (arrays["p_lowers"] <= 1)).all())] if not valid]
         if invalid:
             raise ValueError(f"the region store's {', '.join(invalid)} hold values no certificate has (finite "
                              "centres, radii >= 0, finite sigmas > 0, predictions ABSTAIN or a class index below "
-                             f"{n_classes}, p_lowers in [0, 1], n_calls >= 0).")
+                             f"{n_classes}, p_lowers in [0, 1]).")
         return cls(**arrays, **attributes)
+
+    @staticmethod
+    def attributes_problem(attributes):
+        """What in attributes read from a file no store's :meth:`to_arrays` gives, or None.
+
+        Parameters
+        ----------
+        attributes : object
+            Read from a file (JSON).
+
+        Returns
+        -------
+        str or None
+            ``"<name> is <value>; expected <what>"`` (the value shortened), or
+            ``"attributes are <names>; expected <names>"``.
+        """
+        if not (isinstance(attributes, dict) and set(attributes) == set(_ATTRIBUTES)):
+            names = sorted(map(str, attributes)) if isinstance(attributes, dict) else type(attributes).__name__
+            return f"attributes are {reprlib.repr(names)}; expected {sorted(_ATTRIBUTES)}"
+        for name, (expected, holds) in _ATTRIBUTES.items():
+            if not holds(attributes[name]):
+                return f"{name} is {reprlib.repr(attributes[name])}; expected {expected}"
+        return None
 
     def append(self, centres, radii, sigmas, predictions, p_lowers, rows=None):
         """Add regions; returns the indices they were stored at.
