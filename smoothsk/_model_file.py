@@ -58,6 +58,7 @@ from safetensors import SafetensorError
 from safetensors.torch import save as safetensors_bytes
 
 from ._atomic import atomic_file
+from ._messages import one_line, quoted
 from ._module_state import tensor_spec
 from ._regular_file import NotARegularFileError, read_regular_file
 
@@ -216,20 +217,21 @@ def read_model_file(path, key):
     document = _parse(text, path)
     version = document.get("format_version")
     if type(version) is not int or version != FORMAT_VERSION:
-        raise ValueError(f"{path}: format version {version!r} is not the one this smoothsk reads "
-                         f"({FORMAT_VERSION}); the file says smoothsk {document.get('library_version')!r} wrote it.")
+        raise ValueError(f"{path}: format version {quoted(version)} is not the one this smoothsk reads "
+                         f"({FORMAT_VERSION}); the file says smoothsk {quoted(document.get('library_version'))} "
+                         f"wrote it.")
     manifest = document.get("tensors")
     if not isinstance(manifest, dict):
         raise ValueError(f"{path}: the document has no tensor manifest.")
     missing, extra = sorted(set(manifest) - set(tensors)), sorted(set(tensors) - set(manifest))
     if missing:
-        raise ValueError(f"{path}: tensors {missing} are missing from the file.")
+        raise ValueError(f"{path}: tensors {quoted(missing)} are missing from the file.")
     if extra:
-        raise ValueError(f"{path}: the file holds tensors {extra} that its manifest does not list.")
+        raise ValueError(f"{path}: the file holds tensors {quoted(extra)} that its manifest does not list.")
     for name, spec in manifest.items():
         if spec != tensor_spec(tensors[name]):
-            raise ValueError(f"{path}: tensor {name!r} has {tensor_spec(tensors[name])} but the manifest "
-                             f"says {spec}: the tensor was reshaped or replaced.")
+            raise ValueError(f"{path}: tensor {quoted(name)} has {quoted(tensor_spec(tensors[name]))} "
+                             f"but the manifest says {quoted(spec)}: the tensor was reshaped or replaced.")
     return document, tensors
 
 
@@ -253,7 +255,7 @@ def _parse(text, path):
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError, and so is int()'s digit limit
         raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not valid JSON nested at most "
                          f"{MAX_NESTING} deep with integers of at most 64 bits ({type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:200]}).") from None
+                         f"{one_line(exc)}).") from None
     if not isinstance(document, dict):
         raise ValueError(f"{path}: its {DOCUMENT_KEY!r} header entry is not a JSON object.")
     level, depth = [document], 1

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._messages import one_line
 from ._regular_file import open_regular_file, physical_memory
 
 __all__ = ["ArrayHeader", "NpyFile", "NpzArchive", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES",
@@ -63,8 +64,6 @@ _NPY_PREAMBLE_BYTES = len(_NPY_MAGIC) + 2 + 4
 _ZIP_ERRORS = (OSError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error, lzma.LZMAError)
 #: Most dimensions a numpy array has (``NPY_MAXDIMS`` of numpy 2).
 _MAX_DIMENSIONS = 64
-#: Most characters of a header that a message quotes.
-_MAX_QUOTED_CHARACTERS = 120
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
@@ -416,11 +415,8 @@ def _read_npy_header(file, subject):
             raise ValueError(f".npy format version {version}, which is not read")
         shape, fortran_order, dtype = _HEADER_READERS[version](file, max_header_size=MAX_NPY_HEADER_BYTES)
     except (ValueError, TypeError, SyntaxError, RecursionError, tokenize.TokenError) as error:
-        # numpy's messages quote the header: up to 10 kB on one line.
-        reason = " ".join(str(error).split())
-        if len(reason) > _MAX_QUOTED_CHARACTERS:
-            reason = reason[:_MAX_QUOTED_CHARACTERS] + " ..."
-        raise ValueError(f"{subject} has no valid .npy header ({reason})") from error
+        # numpy's messages quote the header: up to 10 kB.
+        raise ValueError(f"{subject} has no valid .npy header ({one_line(error)})") from error
     if dtype.fields is not None or dtype.subdtype is not None:  # nothing smoothsk reads is made of records
         fields = f"{len(dtype.fields)} fields" if dtype.fields is not None else "sub-arrays"
         raise ValueError(f"{subject} holds records ({fields}), which smoothsk never reads; save plain numeric or "

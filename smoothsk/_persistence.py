@@ -147,6 +147,7 @@ from ._codec import encode
 from ._codec import plain as _plain
 from ._codec import refuse as _refuse
 from ._digest import value_digest
+from ._messages import one_line, quoted
 from ._model_file import FORMAT_VERSION, check_key, read_model_file, write_model_file
 from ._module_state import allocation_budget, check_buildable, load_module_state, tensor_spec
 from ._validation import smoothing_components
@@ -165,6 +166,8 @@ MAX_N_JOBS = 256
 _FILE_DEVICES = ("cpu", "cuda", "mps")
 #: ``classes_``'s array: its labels times its dtype's width (a string dtype is as wide as its longest label).
 MAX_CLASSES_BYTES = 64 * 2**20
+#: Longest parameter name of a component a file may give (a Python identifier).
+_MAX_NAME_LENGTH = 100
 
 #: The parameters a file may set, by the kind of value each takes (see "Parameters a file may set").
 _PLAIN_PARAMETERS = frozenset({"alpha", "batch_size", "certify_autocast", "certify_batch_size", "certify_memory_format",
@@ -243,7 +246,8 @@ def _decode(value, where, classes, source):
         if keys == {"tuple"} and isinstance(value["tuple"], list):
             return tuple(_decode(item, f"{where}[{i}]", classes, source) for i, item in enumerate(value["tuple"]))
         if keys == {"dict"} and isinstance(value["dict"], dict):
-            return {key: _decode(item, f"{where}[{key!r}]", classes, source) for key, item in value["dict"].items()}
+            return {key: _decode(item, f"{where}[{quoted(key)}]", classes, source)
+                    for key, item in value["dict"].items()}
         if keys == {"type"}:
             return _lookup(value["type"], where, classes, source)
         if keys == {"class", "params"} and isinstance(value["params"], dict):
@@ -252,12 +256,17 @@ def _decode(value, where, classes, source):
                 # What encode writes so: a module is a class ({"type": ...}), never built from the file's values.
                 raise ValueError(f"{source}: parameter {where} names {value['class']} as a component, which it is "
                                  "not (a scikit-learn-style object with get_params, not a module): nothing was built.")
+            names = [key for key in value["params"] if not (key.isidentifier() and len(key) <= _MAX_NAME_LENGTH)]
+            if names:
+                raise ValueError(f"{source}: parameter {where} gives {value['class']} a parameter "
+                                 f"{quoted(names[0])}, which is no parameter name.")
             params = {key: _decode(item, f"{where}.{key}", classes, source) for key, item in value["params"].items()}
             try:
                 return cls(**params)
             except TypeError as exc:
-                raise ValueError(f"{source}: cannot rebuild {where} as {value['class']}(...): {exc}") from exc
-    raise ValueError(f"{source}: parameter {where} has a malformed saved value {value!r}.")
+                raise ValueError(f"{source}: cannot rebuild {where} as {value['class']}(...): {one_line(exc)}") \
+                    from exc
+    raise ValueError(f"{source}: parameter {where} has a malformed saved value {quoted(value)}.")
 
 
 def _lookup(name, where, classes, source):
@@ -265,7 +274,7 @@ def _lookup(name, where, classes, source):
     if isinstance(name, str) and name in classes:
         return classes[name]
     raise ValueError(
-        f"{source}: parameter {where} names the class {name!r}, which is not on the allow-list of classes "
+        f"{source}: parameter {where} names the class {quoted(name)}, which is not on the allow-list of classes "
         f"a saved model may name ({_ALLOWED}); nothing was imported. If you trust the file and the class, "
         "pass it explicitly: load(path, allowed_classes=[TheClass]) (or module=TheClass for the module).")
 
@@ -552,12 +561,12 @@ def _decode_classes(spec, source):
     values = spec["values"]
     plain = all(isinstance(v, (bool, int, float, str)) for v in values)
     if dtype is not None and len(values) * dtype.itemsize > MAX_CLASSES_BYTES:
-        raise ValueError(f"{source}: classes_ of {len(values)} labels of dtype {spec['dtype']!r} would take "
-                         f"{len(values) * dtype.itemsize / 2**20:.3g} MiB, over the {MAX_CLASSES_BYTES // 2**20} MiB "
-                         "a model file may ask for.")
+        raise ValueError(f"{source}: classes_ of {len(values)} labels of dtype {quoted(spec['dtype'])} would "
+                         f"take {len(values) * dtype.itemsize / 2**20:.3g} MiB, over the {MAX_CLASSES_BYTES // 2**20} "
+                         "MiB a model file may ask for.")
     if dtype is None or dtype.kind not in "biufUO" or len(values) < 2 or not plain:
         raise ValueError(f"{source}: classes_ is malformed: expected at least 2 labels (numbers or strings) "
-                         f"of a bool, int, float, string or object dtype; got {spec!r}.")
+                         f"of a bool, int, float, string or object dtype; got {quoted(spec)}.")
     classes = np.empty(len(values), dtype=dtype)
     with np.errstate(all="ignore"):
         try:
@@ -565,22 +574,25 @@ def _decode_classes(spec, source):
         except (OverflowError, ValueError, TypeError):  # an int out of its dtype's range, a string in a number dtype
             classes = None
     if classes is None or classes.tolist() != values:
-        raise ValueError(f"{source}: classes_ values {values!r} do not fit their dtype {spec['dtype']!r}.")
+        raise ValueError(f"{source}: classes_ values {quoted(values)} do not fit their dtype "
+                         f"{quoted(spec['dtype'])}.")
     try:  # fit keeps np.unique(y); labels of types that do not compare (0 and "a") do not sort
         fitted = np.array_equal(np.unique(classes), classes)
     except TypeError:
         fitted = False
     if not fitted:
-        raise ValueError(f"{source}: classes_ {values!r} are not distinct and sorted, as fit leaves them.")
+        raise ValueError(f"{source}: classes_ {quoted(values)} are not distinct and sorted, as fit leaves "
+                         "them.")
     return classes
 
 
 def _decode_shape(shape, source):
     if not (isinstance(shape, list) and shape and all(type(size) is int and size > 0 for size in shape)):
-        raise ValueError(f"{source}: input_shape_ must be a non-empty list of positive ints; got {shape!r}.")
+        raise ValueError(f"{source}: input_shape_ must be a non-empty list of positive ints; got "
+                         f"{quoted(shape)}.")
     if np.prod(shape, dtype=object) > MAX_INPUT_FEATURES:
-        raise ValueError(f"{source}: input_shape_ {shape} has more than {MAX_INPUT_FEATURES} features, the most a "
-                         "model file may declare.")
+        raise ValueError(f"{source}: input_shape_ {quoted(shape)} has more than {MAX_INPUT_FEATURES} features, "
+                         "the most a model file may declare.")
     return tuple(shape)
 
 
@@ -627,23 +639,26 @@ def _decode_params(document, classes, module, source):
     params = {}
     for name, value in saved.items():
         if not _is_file_parameter(name):
-            raise ValueError(f"{source}: parameter {name!r} is not one a model file may set (only smoothsk's "
+            raise ValueError(f"{source}: parameter {quoted(name)} is not one a model file may set (only "
+                             "smoothsk's "
                              "parameters, the module, the optimizer and module__*/optimizer__* values; "
                              "callbacks, compile, criterion, iterators, datasets and torch_load_kwargs can name "
                              "code): set it in Python after loading if you need it.")
         if name == "module" and module is not None:
             params[name] = module
         elif name == "module" and isinstance(value, dict) and set(value) == {"instance"}:
-            raise ValueError(f"{source}: the module was saved as an instance of {value['instance']!r}, which "
+            raise ValueError(f"{source}: the module was saved as an instance of {quoted(value['instance'])}, "
+                             "which "
                              "a file cannot rebuild; pass one (or its class): load(path, module=...).")
         elif name in _CLASS_PARAMETERS:
             if not (isinstance(value, dict) and set(value) == {"type"}):
-                raise ValueError(f"{source}: parameter {name!r} must be a class ({{'type': name}}); got {value!r}.")
+                raise ValueError(f"{source}: parameter {name!r} must be a class ({{'type': name}}); "
+                                 f"got {quoted(value)}.")
             params[name] = _lookup(value["type"], name, classes, source)
         elif name in _COMPONENT_PARAMETERS:
             if not (value is None or isinstance(value, dict) and set(value) == {"class", "params"}):
                 raise ValueError(f"{source}: parameter {name!r} must be None or a component "
-                                 f"({{'class': name, 'params': {{...}}}}); got {value!r}.")
+                                 f"({{'class': name, 'params': {{...}}}}); got {quoted(value)}.")
             params[name] = _decode(value, name, classes, source)
         else:
             module_classes = classes if name.startswith(_MODULE_OPTION_PREFIX) else None
@@ -677,7 +692,7 @@ def _decode_plain(value, name, scalar, source, module_classes=None):
     else:
         kinds = ("None, a bool, a number, a string, " + ("a module class ({'type': name}), " if module_classes else "")
                  + "or a list or tuple of them")
-    raise ValueError(f"{source}: parameter {name!r} must be {kinds}; got {value!r}.")
+    raise ValueError(f"{source}: parameter {name!r} must be {kinds}; got {quoted(value)}.")
 
 
 def _decode_scalar(value, where, module_classes, source):
@@ -752,7 +767,8 @@ def _rebuild(cls, document, tensors, source, module, classes):
     use to classes.
     """
     if document.get("estimator") != class_name(cls, "the estimator"):
-        raise ValueError(f"{source}: the file holds a {document.get('estimator')!r}, not a {class_name(cls)!r}.")
+        raise ValueError(f"{source}: the file holds a {quoted(document.get('estimator'))}, not a "
+                         f"{class_name(cls)!r}.")
     unknown = sorted(name for name in tensors
                      if not name.startswith((_MODULE_PREFIX, _REGIONS_PREFIX, _SIGMA_FUNCTION_PREFIX))
                      and name not in (_TRAIN_SIGMAS, _TRAIN_KEYS))
@@ -812,7 +828,7 @@ def _built(build, source):
     except _BUILD_ERRORS as exc:
         error = exc
     raise ValueError(f"{source}: cannot rebuild the estimator from the saved parameters: "
-                     f"{type(error).__name__}: {' '.join(str(error).split())}") from error
+                     f"{type(error).__name__}: {one_line(error)}") from error
 
 
 def _check_sizes(estimator, source):
@@ -840,7 +856,7 @@ def _validate(component, name, source):
     try:
         component.validate()
     except (ValueError, *_BUILD_ERRORS) as exc:
-        raise ValueError(f"{source}: parameter {name!r} is invalid: {' '.join(str(exc).split())}") from None
+        raise ValueError(f"{source}: parameter {name!r} is invalid: {one_line(exc)}") from None
 
 
 def _decode_sigma_function(estimator, saved, arrays, classes, source):

@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import _params
 from ._constraints import HasMethods, Interval, StrOptions, validate_parameter_constraints
+from ._messages import one_line
 from ._modes import evaluating
 from ._training_steps import check_iterator_options
 from .certificates import ABSTAIN
@@ -422,7 +423,7 @@ def check_prefit(estimator, input_shape, classes):
     except Exception as error:
         raise ValueError(f"input_shape={input_shape} does not fit the module {type(module).__name__}: it rejected a "
                          f"zero input of shape {probe.shape} ({type(error).__name__}: "
-                         f"{' '.join(str(error).split())}).") from error
+                         f"{one_line(error)}).") from error
     if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or len(logits) != 1:
         found = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"The module {type(module).__name__} must return logits of shape (1, n_classes) for one "

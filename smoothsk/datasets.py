@@ -12,6 +12,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.utils import Bunch, check_random_state
 
+from ._messages import one_line
 from ._regular_file import open_regular_file
 from .statistics import first_offender
 
@@ -248,8 +249,7 @@ def _read_mnist_csv(path):
         table = np.loadtxt(io.TextIOWrapper(io.BytesIO(text), encoding="ascii"), delimiter=",", dtype=np.uint8,
                            ndmin=2)
     except (UnicodeDecodeError, ValueError) as error:
-        raise ValueError(f"{path} is not a CSV of integers in 0-255: {' '.join(str(error).split())[:200]}") \
-            from None
+        raise ValueError(f"{path} is not a CSV of integers in 0-255: {one_line(error)}") from None
     if table.shape[1] != _MNIST_PIXELS + 1 or len(table) == 0:
         raise ValueError(f"{path} has rows of {table.shape[1]} columns; expected {_MNIST_PIXELS + 1} (the 784 "
                          "pixels, then the label).")

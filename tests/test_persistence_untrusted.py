@@ -270,6 +270,35 @@ class TestOneClearError:
             load(path)
         assert "\n" not in str(refusal.value)
 
+    LONG = "x" * 5000
+
+    @pytest.mark.parametrize("edit", [
+        lambda doc: doc.update(format_version=TestOneClearError.LONG),
+        lambda doc: doc.update(format_version=0, library_version=TestOneClearError.LONG),
+        lambda doc: doc.update(estimator=TestOneClearError.LONG),
+        lambda doc: doc.update(classes_={"dtype": "<i8", "values": list(range(3000, 0, -1))}),
+        lambda doc: doc.update(classes_={"dtype": TestOneClearError.LONG, "values": [0, 1]}),
+        lambda doc: doc.update(input_shape_=[0] * 3000),
+        lambda doc: doc["params"].update({TestOneClearError.LONG: 1}),
+        lambda doc: doc["params"].update(module={"type": TestOneClearError.LONG}),
+        lambda doc: doc["params"].update(module={"instance": TestOneClearError.LONG}),
+        lambda doc: doc["params"].update(sampler={"class": "smoothsk.sampling.FixedSampler",
+                                                  "params": {"n": TestOneClearError.LONG}}),
+        lambda doc: doc["params"].update(sampler={"class": "smoothsk.sampling.FixedSampler",
+                                                  "params": {TestOneClearError.LONG: 1}}),
+        lambda doc: doc["params"].update(sampler={"class": TestOneClearError.LONG, "params": {}}),
+        lambda doc: doc["params"].update(sampler={"weird": [TestOneClearError.LONG]}),
+    ], ids=["format version", "library version", "estimator", "3000 unsorted labels", "labels' dtype",
+            "input shape", "parameter name", "module type", "module instance", "component value", "component keyword",
+            "component class", "malformed value"])
+    def test_a_refusal_quotes_the_file_s_values_shortened(self, edit, flat_mlp_file, tmp_path):
+        """Every refusal that quotes what a file holds shortens it: each of these quoted 5-17 kB."""
+        document, tensors = read_file(flat_mlp_file)
+        edit(document)
+        with pytest.raises(ValueError, match=r"evil\.safetensors") as refusal:
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+        assert "\n" not in str(refusal.value) and len(str(refusal.value)) < 700, str(refusal.value)[:1000]
+
     @pytest.mark.parametrize(("dtype", "values"), [("<i8", [2**63, 1]), ("|i1", [300, 1]), ("<u8", [-1, 1])])
     def test_labels_out_of_their_dtype_s_range_are_refused(self, dtype, values, flat_mlp_file, tmp_path):
         """numpy raised OverflowError putting them in their array."""

@@ -1,0 +1,46 @@
+"""How a refusal quotes a file's values and the errors raised on them: on one line, shortened.
+
+A hostile file may hold values of kilobytes (a 5,000-character name, 3,000
+labels), and the errors raised on them (numpy's, scikit-learn's) quote them
+whole. Refusals quote a file's values with :func:`quoted` and such errors
+with :func:`one_line`.
+"""
+
+import reprlib
+
+#: Most characters of an error's text that a refusal quotes.
+MAX_QUOTED_CHARACTERS = 200
+
+_REPR = reprlib.Repr()
+# Strings as long as a dotted class name or a path may be; containers of a few items (reprlib's defaults).
+_REPR.maxstring = _REPR.maxother = 100
+
+
+def quoted(value):
+    """``repr(value)`` with strings cut to 100 characters and containers to their first few items.
+
+    Parameters
+    ----------
+    value : object
+        A value read from a file (JSON: None, bool, number, str, list, dict).
+
+    Returns
+    -------
+    str
+    """
+    return _REPR.repr(value)
+
+
+def one_line(error):
+    """The text of ``error`` on one line, cut to :data:`MAX_QUOTED_CHARACTERS` characters (then ``" ..."``).
+
+    Parameters
+    ----------
+    error : BaseException or str
+
+    Returns
+    -------
+    str
+    """
+    text = " ".join(str(error).split())
+    return text if len(text) <= MAX_QUOTED_CHARACTERS else text[:MAX_QUOTED_CHARACTERS] + " ..."
