@@ -17,7 +17,8 @@ _REPR.maxstring = _REPR.maxother = 100
 
 
 def quoted(value):
-    """``repr(value)`` with strings cut to 100 characters and containers to their first few items.
+    """``repr(value)`` with strings cut to 100 characters, containers to their first few items, and all of it to
+    :data:`MAX_QUOTED_CHARACTERS` (then ``" ..."``).
 
     Parameters
     ----------
@@ -28,7 +29,7 @@ def quoted(value):
     -------
     str
     """
-    return _REPR.repr(value)
+    return _cut(_REPR.repr(value))
 
 
 def one_line(error):
@@ -42,5 +43,8 @@ def one_line(error):
     -------
     str
     """
-    text = " ".join(str(error).split())
+    return _cut(" ".join(str(error).split()))
+
+
+def _cut(text):
     return text if len(text) <= MAX_QUOTED_CHARACTERS else text[:MAX_QUOTED_CHARACTERS] + " ..."
