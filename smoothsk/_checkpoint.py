@@ -58,6 +58,7 @@ import numpy as np
 
 from ._atomic import atomic_file, resolved, unwritable_reason
 from ._digest import module_fingerprint, value_digest
+from ._messages import one_line
 from ._npz import NpzArchive
 from ._regular_file import open_regular_file
 from ._version import __version__
@@ -290,8 +291,9 @@ def _read_header(path, archive, parts):
             raise ValueError(f"format {reprlib.repr(header['format'])}")
         format_version, recorded_parts = header["format_version"], dict(header["parts"])
     except (KeyError, TypeError, ValueError, RecursionError) as error:  # RecursionError: deeply nested JSON
-        raise _refuse(path, f"not a smoothsk certify checkpoint ({error!r})") from error
-    if format_version != FORMAT_VERSION:
+        raise _refuse(path, f"not a smoothsk certify checkpoint ({type(error).__name__}: {one_line(error)})") \
+            from error
+    if type(format_version) is not int or format_version != FORMAT_VERSION:
         raise _refuse(path, f"a checkpoint of format version {reprlib.repr(format_version)}; smoothsk "
                             f"{__version__} reads version {FORMAT_VERSION}")
     differ = [name for name in _PART_NAMES if recorded_parts.get(name) != parts[name]]

@@ -463,6 +463,20 @@ class TestHostileCheckpoint:
         tamper(path, arrays={"header": np.frombuffer(padded.encode(), dtype=np.uint8)}, compress=True)
         self.refused(clf, X, path, "header")
 
+    @pytest.mark.parametrize(("edit", "words"), [
+        (lambda header: b"\xff" * 100_000, "UnicodeDecodeError"),
+        (lambda header: json.dumps({**json.loads(header), "format": "x" * 100_000}).encode(), "format 'xxx"),
+        (lambda header: json.dumps({**json.loads(header), "format_version": True}).encode(), "format version True"),
+    ], ids=["not UTF-8", "long format", "bool version"])
+    def test_a_header_of_no_checkpoint_is_refused_in_a_short_line(self, make_clf, tmp_path, edit, words):
+        # The UnicodeDecodeError's repr quoted the 100 kB header whole; True passed for format version 1.
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        tamper(path, arrays={"header": np.frombuffer(edit(bytes(recorded(path, "header"))), dtype=np.uint8)})
+        with pytest.raises(ValueError, match=words) as error:
+            clf.certify(X, checkpoint=path, checkpoint_every=10)
+        assert len(str(error.value)) < 500 and "\n" not in str(error.value)
+
     def test_sizes_the_zip_directory_claims_are_refused_before_reading(self, make_clf, tmp_path):
         clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
         interrupt(clf, X, path)
