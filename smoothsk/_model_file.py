@@ -162,7 +162,7 @@ def read_safetensors(path, expected):
     try:
         tensors = safetensors.torch.load(content)
     except (SafetensorError, KeyError) as exc:  # KeyError: a dtype torch does not have
-        raise ValueError(f"{path}: not a readable safetensors file ({exc}).") from exc
+        raise ValueError(f"{path}: not a readable safetensors file ({one_line(exc)}).") from exc
     # safetensors has checked the header: its 8-byte length, then a JSON object whose "__metadata__" (if any)
     # maps strings to strings.
     header_size = int.from_bytes(content[:8], "little")

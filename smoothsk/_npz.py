@@ -131,7 +131,7 @@ class NpzArchive:
         try:
             return zipfile.ZipFile(self._file)
         except (*_ZIP_ERRORS, ValueError) as error:
-            raise ValueError(f"not an .npz archive ({error})") from error
+            raise ValueError(f"not an .npz archive ({one_line(error)})") from error
 
     def __enter__(self):
         return self
@@ -220,7 +220,8 @@ class NpzArchive:
             with self._zip.open(info) as member:
                 return action(member, info)
         except _ZIP_ERRORS as error:
-            raise ValueError(f"array {info.filename.removesuffix('.npy')!r} cannot be read ({error})") from error
+            raise ValueError(f"array {info.filename.removesuffix('.npy')!r} cannot be read ({one_line(error)})") \
+                from error
 
     def _read_header(self, member, info):
         """Parse and check the ``.npy`` header at the start of ``member`` (entry ``info``)."""
