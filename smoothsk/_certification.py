@@ -75,6 +75,12 @@ class Smoothing:
     autocast: str
     memory_format: str
 
+    @property
+    def guarantee(self):
+        """The statement of every certificate this smoothing makes: the certified sigma function's where it has
+        one, else :func:`guarantee` of its components (``Certificates.guarantee``)."""
+        return guarantee(self.components) if self.sigma_function is None else self.sigma_function.guarantee
+
     def engine(self, X, root_seed, progress=None, one_worker=False):
         """The Monte Carlo engine for inputs ``X``, their noise keyed by their values.
 
@@ -198,7 +204,7 @@ def _certify_chunk(smoothing, X_chunk, root_seed, progress, regions, one_worker=
     certificates = components.allocator.allocate(regions, X_chunk.reshape(len(X_chunk), -1), searched.sigma,
                                                  certify_fn)
     certificates.search_steps = searched.steps
-    certificates.guarantee = guarantee(components)
+    certificates.guarantee = smoothing.guarantee
     return certificates
 
 
@@ -246,7 +252,7 @@ def _certify_sample_wise(smoothing, X, engine, regions):
     radius = np.where(prediction >= 0, np.maximum(radius, 0.0), 0.0)
     return Certificates(prediction, radius, chosen.sigma, p_lower, n_samples, chosen.steps,
                         radius_cap=chosen.radius_cap, sigma_samples=chosen.n_samples,
-                        guarantee=sigma_function.guarantee)
+                        guarantee=smoothing.guarantee)
 
 
 def _widen_to_reachable_levels(engine, X, n_samples, chosen, prediction, p_lower, alpha):

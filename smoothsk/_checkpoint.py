@@ -67,7 +67,7 @@ from .statistics import certified_radius, clopper_pearson_lower, first_offender
 
 FORMAT = "smoothsk certify checkpoint"
 FORMAT_VERSION = 1
-#: The per-input arrays of a certificate record (its ``guarantee`` string goes in the header).
+#: The per-input arrays of a certificate record (its ``guarantee`` is the run's, never recorded).
 _CERTIFICATE_FIELDS = tuple(name for name, field in Certificates.__dataclass_fields__.items()
                             if field.type is np.ndarray)
 #: What each fingerprint part covers, for the refusal message.
@@ -271,8 +271,7 @@ def _read(path, parts, n_inputs, every, store, alpha, n_classes):
             raise _refuse(path, f"a damaged checkpoint ({problem})")
         rows = min(header["chunks_done"] * every, n_inputs)
         try:
-            certificates = {name: _read_array(archive, f"certificates/{name}", (rows,),
-                                              "iu" if name in _INTEGER_FIELDS else "f")
+            certificates = {name: _read_array(archive, f"certificates/{name}", (rows,), _certificate_dtype(name))
                             for name in _CERTIFICATE_FIELDS}
             regions = _read_regions(archive, store, n_inputs)
         except ValueError as error:
@@ -314,7 +313,6 @@ def _header_problem(header, n_chunks, store):
         "chunks_done": (lambda value: _is_int(value) and 1 <= value <= n_chunks, f"an int in [1, {n_chunks}]"),
         "regions_start": (lambda value: isinstance(value, str), "a digest"),
         "regions_done": (lambda value: isinstance(value, str), "a digest"),
-        "guarantee": (lambda value: isinstance(value, str), "a statement"),
     }
     for key, (valid, description) in expected.items():
         if key not in header:
@@ -327,12 +325,17 @@ def _header_problem(header, n_chunks, store):
     return None if problem is None else f"its header's regions_attributes: {problem}"
 
 
-def _read_array(archive, name, shape, kinds):
-    """Array ``name``, refused before it is read unless declared of ``shape`` and a dtype of ``kinds``."""
+def _read_array(archive, name, shape, dtype):
+    """Array ``name``, refused before it is read unless declared of ``shape`` and exactly ``dtype`` (as written)."""
     declared = archive.header(name)
-    if declared.shape != shape or declared.dtype.kind not in kinds:
-        raise ValueError(f"{name} is declared with {declared}, not shape {shape} and dtype kind {kinds!r}")
+    if declared.shape != shape or declared.dtype != dtype:
+        raise ValueError(f"{name} is declared with {declared}, not shape {shape} of {dtype}")
     return archive.read(name, max_bytes=declared.nbytes)
+
+
+def _certificate_dtype(name):
+    """The dtype a checkpoint records certificate field ``name`` in (:func:`_write`), and the only one it reads."""
+    return np.dtype(np.int64 if name in _INTEGER_FIELDS else np.float64)
 
 
 def _read_regions(archive, store, n_inputs):
@@ -343,7 +346,7 @@ def _read_regions(archive, store, n_inputs):
     if not shape or shape[0] > limit:
         raise ValueError(f"regions/{first} is declared with shape {shape}, not at most {limit} rows (the "
                          f"{len(store)} regions of regions_ and one per input)")
-    return {name: _read_array(archive, f"regions/{name}", shape[:1] + value.shape[1:], value.dtype.kind)
+    return {name: _read_array(archive, f"regions/{name}", shape[:1] + value.shape[1:], value.dtype)
             for name, value in template.items()}
 
 
@@ -390,14 +393,15 @@ def _write(path, header, certificates, store):
     arrays, attributes = store.to_arrays()
     header = {**header, "regions_attributes": attributes}
     members = {"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)}
-    members.update({f"certificates/{name}": value for name, value in certificates.items()})
+    members.update({f"certificates/{name}": np.asarray(value, _certificate_dtype(name))
+                    for name, value in certificates.items()})
     members.update({f"regions/{name}": value for name, value in arrays.items()})
     with atomic_file(path) as file:
         np.savez(file, **members)
 
 
 def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get_store, set_store, alpha, n_classes,
-                      keep=False):
+                      guarantee, keep=False):
     """Certify inputs chunk by chunk, resuming from (and recording in) the checkpoint at ``path``.
 
     Parameters
@@ -429,6 +433,9 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     n_classes : int
         Number of classes: a recorded prediction is a class index below it
         or ``ABSTAIN``.
+    guarantee : str
+        The statement of the run's certificates (``Smoothing.guarantee``):
+        the returned certificates carry it, whatever the file holds.
     keep : bool, default=False
         Keep the file when the run completes: a rerun then reads every
         certificate from it, so the caller can remove it once the results
@@ -471,11 +478,11 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
         chunk = certify_rows(start, min(start + every, n_inputs), header["root_seed"], extended)
         done = {name: getattr(chunk, name) if done is None else np.concatenate([done[name], getattr(chunk, name)])
                 for name in _CERTIFICATE_FIELDS}
-        header = {**header, "chunks_done": header["chunks_done"] + 1, "regions_done": extended.digest(),
-                  "guarantee": chunk.guarantee}
+        header = {**header, "chunks_done": header["chunks_done"] + 1, "regions_done": extended.digest()}
         _write(path, header, done, extended)
         store = extended
         set_store(store)  # only once the chunk is on disk
     if not keep:
         path.unlink(missing_ok=True)
-    return Certificates(**done, guarantee=header["guarantee"])
+    # The run's own statement, never the file's: a checkpoint records certificates, not what they are about.
+    return Certificates(**done, guarantee=guarantee)

@@ -706,7 +706,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
                     len(inputs), checkpoint, every,
                     _checkpoint.run_fingerprint(self, inputs), root_seed, get_store=lambda: self.regions_,
                     set_store=lambda store: setattr(self, "regions_", store), alpha=self.alpha,
-                    n_classes=len(self.classes_), keep=keep_checkpoint)
+                    n_classes=len(self.classes_), guarantee=smoothing.guarantee, keep=keep_checkpoint)
         prediction = _validation.decode_labels(certificates.prediction, self.classes_)
         if return_details:
             return prediction, certificates.radius, certificates

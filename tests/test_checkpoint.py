@@ -463,6 +463,14 @@ class TestHostileCheckpoint:
         tamper(path, arrays={"header": np.frombuffer(padded.encode(), dtype=np.uint8)}, compress=True)
         self.refused(clf, X, path, "header")
 
+    def test_the_guarantee_is_the_run_s_never_the_file_s(self, make_clf, tmp_path):
+        # The header's statement came back as every certificate's guarantee (and every CSV row's).
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        honest = clf.certify(X, return_details=True, checkpoint=path, checkpoint_every=10, keep_checkpoint=True)[2]
+        tamper(path, header={"guarantee": "fake guarantee: exact"})
+        resumed = clf.certify(X, return_details=True, checkpoint=path, checkpoint_every=10)[2]
+        assert resumed.guarantee == honest.guarantee != "fake guarantee: exact"
+
     @pytest.mark.parametrize(("edit", "words"), [
         (lambda header: b"\xff" * 100_000, "UnicodeDecodeError"),
         (lambda header: json.dumps({**json.loads(header), "format": "x" * 100_000}).encode(), "format 'xxx"),
@@ -489,6 +497,16 @@ class TestHostileCheckpoint:
         radius = recorded(path, "certificates/radius")
         tamper(path, arrays={"certificates/radius": npy_bytes(radius, shape=(10 ** 12,))})
         self.refused(clf, X, path, "certificates/radius")
+
+    @pytest.mark.parametrize(("name", "dtype"), [("certificates/prediction", np.uint64),
+                                                 ("certificates/n_samples", np.int32),
+                                                 ("certificates/radius", np.float16), ("regions/radii", ">f8")])
+    def test_an_array_of_another_dtype_than_written_is_refused(self, make_clf, tmp_path, name, dtype):
+        # uint64 predictions joined the next chunk's int64 ones as float64: an IndexError decoding the labels.
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        interrupt(clf, X, path)
+        tamper(path, arrays={name: recorded(path, name).astype(dtype)})
+        self.refused(clf, X, path, name)
 
     def test_a_deeply_nested_header_is_refused(self, make_clf, tmp_path):
         clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
@@ -536,7 +554,7 @@ class TestHostileCheckpoint:
     @pytest.mark.parametrize("entry, value, words", [
         ("chunks_done", 4, "chunks_done"), ("chunks_done", 0, "chunks_done"), ("chunks_done", "1", "chunks_done"),
         ("chunks_done", 2, r"certificates/\w+ is declared with shape \(10,\) .* not shape \(20,\)"),
-        ("root_seed", "seed", "root_seed"), ("root_seed", -1, "root_seed"), ("guarantee", ["a list"], "guarantee"),
+        ("root_seed", "seed", "root_seed"), ("root_seed", -1, "root_seed"),
         ("regions_attributes", [], "regions_attributes"), ("regions_attributes", {"n_calls": "x"}, "regions_attr"),
         ("regions_attributes", {"n_calls": 0, "weights": None, "allocator": None, "alpha": 1e300, "autocast": None},
          r"regions_attributes: alpha is 1e\+300; expected None or a float in \(0, 1\)"),
