@@ -9,7 +9,7 @@ with :func:`one_line`.
 import reprlib
 
 #: Most characters of an error's text that a refusal quotes.
-MAX_QUOTED_CHARACTERS = 200
+MAX_QUOTED_CHARACTERS = 300
 
 _REPR = reprlib.Repr()
 # Strings as long as a dotted class name or a path may be; containers of a few items (reprlib's defaults).

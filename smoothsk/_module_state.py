@@ -22,6 +22,8 @@ from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from ._messages import quoted
+
 __all__ = ["BUDGET_ALLOWANCE_BYTES", "allocation_budget", "build_from_file", "check_buildable",
            "load_module_state", "tensor_spec"]
 
@@ -159,16 +161,16 @@ def _check_state(module, saved, source, what):
     expected = module.state_dict()
     missing, extra = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
     if missing:
-        raise ValueError(f"{source}: {what} tensors {missing} are missing from the file (the "
+        raise ValueError(f"{source}: {what} tensors {quoted(missing)} are missing from the file (the "
                          f"{type(module).__name__} built from the saved parameters has them).")
     if extra:
-        raise ValueError(f"{source}: the file has {what} tensors {extra} that the {type(module).__name__} "
+        raise ValueError(f"{source}: the file has {what} tensors {quoted(extra)} that the {type(module).__name__} "
                          "built from the saved parameters does not have.")
     for key, tensor in expected.items():
         if tensor_spec(saved[key]) != tensor_spec(tensor):
-            raise ValueError(f"{source}: {what} tensor {key!r} has {tensor_spec(saved[key])} in the file, "
+            raise ValueError(f"{source}: {what} tensor {key!r} has {quoted(tensor_spec(saved[key]))} in the file, "
                              f"but the {type(module).__name__} built from the saved parameters has "
-                             f"{tensor_spec(tensor)}.")
+                             f"{quoted(tensor_spec(tensor))}.")
 
 
 def check_buildable(build, saved, source, what):

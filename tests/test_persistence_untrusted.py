@@ -299,6 +299,14 @@ class TestOneClearError:
             load(forge(tmp_path / "evil.safetensors", document, tensors))
         assert "\n" not in str(refusal.value) and len(str(refusal.value)) < 700, str(refusal.value)[:1000]
 
+    def test_a_refusal_of_the_module_s_tensors_quotes_their_names_shortened(self, flat_mlp_file, tmp_path):
+        """3,000 extra module tensors, listed in the manifest, gave a refusal of 159 kB."""
+        document, tensors = read_file(flat_mlp_file)
+        tensors = {**tensors, **{f"module_.extra_{i:04d}_{'x' * 30}": np.zeros(0, np.float32) for i in range(3000)}}
+        with pytest.raises(ValueError, match=r"evil\.safetensors: the file has module_ tensors") as refusal:
+            load(forge(tmp_path / "evil.safetensors", document, tensors))
+        assert "\n" not in str(refusal.value) and len(str(refusal.value)) < 700
+
     @pytest.mark.parametrize(("dtype", "values"), [("<i8", [2**63, 1]), ("|i1", [300, 1]), ("<u8", [-1, 1])])
     def test_labels_out_of_their_dtype_s_range_are_refused(self, dtype, values, flat_mlp_file, tmp_path):
         """numpy raised OverflowError putting them in their array."""
