@@ -19,16 +19,26 @@ sampling (:mod:`smoothsk._npz` checks every member's sizes in the zip
 directory and ``.npy`` header before reading it): the header is at most
 :data:`MAX_HEADER_BYTES`; each certificate array must be declared 1-d, of
 ``chunks_done * checkpoint_every`` rows (``n_inputs`` for the last chunk)
-and of an integer or float dtype as the field is; the region arrays have at
-most one row per input more than ``regions_`` and its row shape. Then the
-header's entries must be what a run writes (``chunks_done`` within the
-run's chunks, ``root_seed`` an int seed, the store's attributes of their
-types), and the certificates what a run at this ``alpha`` makes:
-predictions class indices or ``ABSTAIN``, sigma finite and positive, counts
-``>= 0``, ``p_lower`` in [0, 1], region indices into the recorded store,
-radii finite, ``>= 0``, 0 where abstained and at most the largest radius
-the input's sigma and ``n_samples`` certify (all samples of one class). Any
-other file is refused with a one-line ``ValueError`` naming it.
+and of the dtype written (int64 or float64 as the field is); the region
+arrays have at most one row per input more than ``regions_``, its row shape
+and dtypes. Then the header's entries must be what a run writes
+(``chunks_done`` within the run's chunks, ``root_seed`` an int seed, the
+store's attributes, :meth:`RegionStore.attributes_problem`), and the
+certificates what a run at this ``alpha`` makes: predictions class indices
+or ``ABSTAIN``, sigma finite and positive, counts ``>= 0``, ``p_lower`` in
+[0, 1], region indices into the recorded store, radii finite, ``>= 0``, 0
+where abstained and at most the largest radius the input's recorded sigma
+and ``n_samples`` certify (all samples of one class). Any other file is
+refused with a one-line ``ValueError`` naming it. What the certificates are
+about (``Certificates.guarantee``) is the run's own statement, never the
+file's.
+
+These checks make a damaged or foreign file fail loudly; they do not make a
+forged one fail. The certificates are checked for consistency, not
+recomputed, and nothing in the file is signed: whoever can write the
+checkpoint can plant certificates that pass (a larger sigma and
+``n_samples`` allow a larger radius) or regions into the store. Keep a
+checkpoint where only you can write, as you would the results it holds.
 
 Region store protocol: every chunk is certified against a copy of the store
 and the copy becomes the estimator's store only once the checkpoint that
