@@ -30,6 +30,7 @@ import io
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -120,7 +121,12 @@ class ImageFolder:
         try:
             # Pillow reads from memory: a chunk declaring more bytes than the file holds gets what it holds.
             content = read_regular_file(path, _largest_file(self.input_shape))
-            with Image.open(io.BytesIO(content), formats=_FORMATS) as image:  # reads the header only
+            # Pillow warns of an image between its bomb limit and twice it (on stderr, two lines): the size
+            # check below refuses it in one line, as any image not of the model's size.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                image = Image.open(io.BytesIO(content), formats=_FORMATS)  # reads the header only
+            with image:
                 if image.mode not in _EIGHT_BIT_MODES:
                     raise ValueError(f"mode {image.mode}, not 8 bits per channel")
                 if image.size != (width, height):

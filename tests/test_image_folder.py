@@ -4,6 +4,7 @@ import io
 import os
 import sys
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +136,15 @@ class TestHostileFiles:
         forbid(monkeypatch, Image.Image, "convert", "decoded a bomb")
         with pytest.raises(ValueError, match=r"big.png: Image size \(4096 pixels\) exceeds limit"):
             ImageFolder(tmp_path, (1, 64, 64))[0]
+
+    def test_an_image_near_pillow_s_bomb_limit_is_refused_by_its_size_without_a_warning(self, tmp_path, monkeypatch):
+        # Between Pillow's limit and twice it, Pillow warned on stderr (two lines) before the refusal.
+        save(tmp_path / "a" / "big.png", np.zeros((64, 64), np.uint8))
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 3000)  # 4096 pixels: a warning at this limit
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match=r"big.png: 64x64 pixels, but the model takes 8x8"):
+                ImageFolder(tmp_path, (1, 8, 8))[0]
 
     @pytest.mark.parametrize("write, message", [
         (lambda path: path.write_bytes(b"not an image at all"), r"not a PNG or JPEG image Pillow can read"),
