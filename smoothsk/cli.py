@@ -251,13 +251,17 @@ def check_distinct(files, may_coincide=()):
     Raises
     ------
     InputFileError
-        Naming both roles.
+        Naming both roles; or naming the role of a path that is a loop of links.
     """
     seen = {}
     for role, path in files:
         if path is None:
             continue
-        first = seen.setdefault(resolved(path), role)
+        try:
+            where = resolved(path)
+        except OSError as error:  # a loop of links
+            raise InputFileError(f"{role} {path}: {error.strerror}; give another path.") from error
+        first = seen.setdefault(where, role)
         if first != role and (first, role) not in may_coincide:
             raise InputFileError(f"{role} {path}: the same file as {first}; give another path.")
 

@@ -353,6 +353,16 @@ def test_a_checkpoint_folder_that_does_not_exist_is_refused_before_any_work(npz_
     assert "checkpoint" in err and "no-such-folder" in err and "does not exist" in err
 
 
+def test_a_link_loop_as_a_path_is_refused_naming_its_option(npz_data, tmp_path, capsys):
+    # The message was '[Errno 40] a symbolic link loop: ...', naming neither the option nor what was expected.
+    _, _, data, model = npz_data
+    loop = tmp_path / "run.ckpt"
+    loop.symlink_to(loop)
+    assert main(["certify", str(model), str(data), "--out", str(tmp_path / "c.csv"), "--checkpoint", str(loop)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--checkpoint {loop}: a symbolic link loop" in err
+
+
 @pytest.fixture(scope="module")
 def image_data(tmp_path_factory):
     """20 grey 4x4 images as PNGs in class folders ``0`` and ``1``, the .npz of their pixels, a model fitted on it.
