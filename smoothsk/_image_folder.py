@@ -5,7 +5,7 @@
 whose label is the class folder's name; classes and files are in sorted
 order, and files directly in ``root`` or of other types are ignored (as
 torchvision does). A label is an int where every class name is one written
-plainly (``0``, ``7``, ``-1``; not ``07``), so that folders named after the
+plainly (``0``, ``7``, ``-1``; not ``07``) that fits an int64, so that folders named after the
 classes of a model trained on integer labels match them; else the name.
 
 An image may be hostile. Listing the folder reads no image, follows no
@@ -48,7 +48,7 @@ _FORMATS = ("PNG", "JPEG")
 _EIGHT_BIT_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr")
 #: Pillow's mode for the number of channels of the model's inputs.
 _MODE_OF_CHANNELS = {1: "L", 3: "RGB"}
-#: A class name read as an int label.
+#: A class name read as an int label (when every name is one, of int64).
 _PLAIN_INT = re.compile(r"0|-?[1-9][0-9]*")
 
 
@@ -107,7 +107,7 @@ class ImageFolder:
                                  f"{', '.join(IMAGE_SUFFIXES)}).")
             self.files += images
             names += [name] * len(images)
-        plain = all(_PLAIN_INT.fullmatch(name) for name in self.classes)
+        plain = all(_PLAIN_INT.fullmatch(name) and -2**63 <= int(name) < 2**63 for name in self.classes)
         self.labels = np.array([int(name) for name in names] if plain else names)
         self.shape = (len(self.files),) + input_shape
 

@@ -45,11 +45,15 @@ class TestLayout:
         assert len(images) == 6 and images.shape == (6, 1, 3, 4)
 
     @pytest.mark.parametrize("names, labels", [(["cat", "dog"], ["cat", "dog"]), (["07", "8"], ["07", "8"]),
-                                               (["-1", "0"], [-1, 0]), (["-0", "0"], ["-0", "0"])])
+                                               (["-1", "0"], [-1, 0]), (["-0", "0"], ["-0", "0"]),
+                                               # Past int64: the labels were float64 (1 became 1.0), or objects.
+                                               (["1", str(2**64 - 1)], ["1", str(2**64 - 1)]),
+                                               (["1", str(10**20)], ["1", str(10**20)])])
     def test_labels_are_the_names_unless_every_name_is_a_plain_int(self, tmp_path, names, labels):
         for name in names:
             save(tmp_path / name / "x.png", np.zeros((2, 2), np.uint8))
-        assert ImageFolder(tmp_path, (1, 2, 2)).labels.tolist() == labels
+        found = ImageFolder(tmp_path, (1, 2, 2)).labels
+        assert found.tolist() == labels and found.dtype.kind == ("i" if isinstance(labels[0], int) else "U")
 
     def test_a_folder_deeper_than_pythons_recursion_limit_is_listed(self, tmp_path):
         # 300 folders deep under a recursion limit of 250 (the default 1,000 would also bind pytest's clean-up,
