@@ -35,10 +35,15 @@ file's.
 
 These checks make a damaged or foreign file fail loudly; they do not make a
 forged one fail. The certificates are checked for consistency, not
-recomputed, and nothing in the file is signed: whoever can write the
-checkpoint can plant certificates that pass (a larger sigma and
-``n_samples`` allow a larger radius) or regions into the store. Keep a
-checkpoint where only you can write, as you would the results it holds.
+recomputed: without a key, whoever can write the checkpoint can plant
+certificates that pass (a larger sigma and ``n_samples`` allow a larger
+radius) or regions into the store. With a key (``checkpoint_key``, the
+command line's ``--key-file``) the file holds an HMAC-SHA256 under it of
+the header and every array it records (:func:`_authentication`), checked
+once they are read within the bounds above and before any of them is used:
+a checkpoint then resumes only if a holder of the key wrote it and nothing
+changed since. Without one, keep a checkpoint where only you can write, as
+you would the results it holds.
 
 Region store protocol: every chunk is certified against a copy of the store
 and the copy becomes the estimator's store only once the checkpoint that
@@ -58,6 +63,7 @@ refused: resuming would mix certificates made against different stores.
 
 import copy
 import hashlib
+import hmac
 import json
 import os
 import reprlib
@@ -90,6 +96,8 @@ _PART_NAMES = {
     "version": "the smoothsk version",
 }
 _START_OVER = "delete {path} to start over, or pass another checkpoint path"
+#: The member holding a keyed checkpoint's HMAC-SHA256 (:func:`_authentication`).
+_HMAC_MEMBER = "hmac"
 #: Most bytes of JSON header read (a run's header takes a few kilobytes).
 MAX_HEADER_BYTES = 1 << 20
 #: The certificate arrays of integer dtype; the others are float.
@@ -245,7 +253,7 @@ def _refuse(path, what):
     return ValueError(f"{path} is {what}; " + _START_OVER.format(path=path) + ".")
 
 
-def _read(path, parts, n_inputs, every, store, alpha, n_classes):
+def _read(path, parts, n_inputs, every, store, alpha, n_classes, key):
     """Header, certificates and recorded region arrays of the checkpoint at ``path``, checked against this run.
 
     The header is read and its fingerprint checked before any other member;
@@ -275,7 +283,7 @@ def _read(path, parts, n_inputs, every, store, alpha, n_classes):
     except ValueError as error:
         raise _refuse(path, f"not a smoothsk certify checkpoint ({error})") from error
     with archive:
-        header = _read_header(path, archive, parts)
+        header, header_bytes = _read_header(path, archive, parts)
         problem = _header_problem(header, -(-n_inputs // every), store)
         if problem is not None:
             raise _refuse(path, f"a damaged checkpoint ({problem})")
@@ -284,8 +292,13 @@ def _read(path, parts, n_inputs, every, store, alpha, n_classes):
             certificates = {name: _read_array(archive, f"certificates/{name}", (rows,), _certificate_dtype(name))
                             for name in _CERTIFICATE_FIELDS}
             regions = _read_regions(archive, store, n_inputs)
+            recorded_mac = _read_array(archive, _HMAC_MEMBER, (32,), np.dtype(np.uint8)) \
+                if _HMAC_MEMBER in archive.names else None
         except ValueError as error:
             raise _refuse(path, f"a damaged checkpoint ({error})") from error
+    _check_authentication(path, key, recorded_mac, {
+        "header": header_bytes, **{f"certificates/{name}": value for name, value in certificates.items()},
+        **{f"regions/{name}": value for name, value in regions.items()}})
     problem = _certificate_problem(certificates, alpha, n_classes, len(regions["radii"]))
     if problem is not None:
         raise _refuse(path, f"a damaged checkpoint ({problem})")
@@ -293,9 +306,10 @@ def _read(path, parts, n_inputs, every, store, alpha, n_classes):
 
 
 def _read_header(path, archive, parts):
-    """The JSON header of the checkpoint in ``archive``, refused unless it is of this format and this run."""
+    """The JSON header of the checkpoint in ``archive`` (and its bytes), refused unless of this format and this run."""
     try:
-        header = json.loads(archive.read("header", max_bytes=MAX_HEADER_BYTES).tobytes().decode())
+        header_bytes = archive.read("header", max_bytes=MAX_HEADER_BYTES)
+        header = json.loads(header_bytes.tobytes().decode())
         if header["format"] != FORMAT:
             raise ValueError(f"format {reprlib.repr(header['format'])}")
         format_version, recorded_parts = header["format_version"], dict(header["parts"])
@@ -309,7 +323,33 @@ def _read_header(path, archive, parts):
     if differ:
         raise _refuse(path, "the checkpoint of another run, which this run does not overwrite: its "
                       "fingerprint differs in " + "; ".join(_PART_NAMES[name] for name in differ))
-    return header
+    return header, header_bytes
+
+
+def _authentication(key, members):
+    """HMAC-SHA256 under ``key`` of the arrays ``members`` (name -> ndarray), as 32 uint8.
+
+    Each array's name, dtype, shape and bytes, in name order, each piece
+    preceded by its length, so that no two sets of arrays give one sequence
+    of bytes.
+    """
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for name in sorted(members):
+        array = np.ascontiguousarray(members[name])
+        for piece in (name.encode(), array.dtype.str.encode(), repr(array.shape).encode(), array.tobytes()):
+            mac.update(len(piece).to_bytes(8, "little") + piece)
+    return np.frombuffer(mac.digest(), dtype=np.uint8)
+
+
+def _check_authentication(path, key, recorded_mac, members):
+    """Refuse the checkpoint unless its HMAC (``recorded_mac``, None if it has none) is ``members``' under ``key``."""
+    if key is None and recorded_mac is not None:
+        raise _refuse(path, "a checkpoint authenticated with a key; pass it (checkpoint_key=..., --key-file) to resume")
+    if key is not None and recorded_mac is None:
+        raise _refuse(path, "a checkpoint without authentication, but a key was given: no holder of the key wrote it")
+    if key is not None and not hmac.compare_digest(recorded_mac.tobytes(), _authentication(key, members).tobytes()):
+        raise _refuse(path, "a checkpoint not written with this key, or edited since (its HMAC-SHA256 does not "
+                            "match)")
 
 
 def _is_int(value):
@@ -398,20 +438,22 @@ def _certificate_problem(certificates, alpha, n_classes, n_regions):
     return None
 
 
-def _write(path, header, certificates, store):
-    """Write the checkpoint atomically (:func:`smoothsk._atomic.atomic_file`)."""
+def _write(path, header, certificates, store, key):
+    """Write the checkpoint atomically (:func:`smoothsk._atomic.atomic_file`), with its HMAC under ``key`` if any."""
     arrays, attributes = store.to_arrays()
     header = {**header, "regions_attributes": attributes}
     members = {"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)}
     members.update({f"certificates/{name}": np.asarray(value, _certificate_dtype(name))
                     for name, value in certificates.items()})
     members.update({f"regions/{name}": value for name, value in arrays.items()})
+    if key is not None:
+        members[_HMAC_MEMBER] = _authentication(key, members)
     with atomic_file(path) as file:
         np.savez(file, **members)
 
 
 def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get_store, set_store, alpha, n_classes,
-                      guarantee, keep=False):
+                      guarantee, key=None, keep=False):
     """Certify inputs chunk by chunk, resuming from (and recording in) the checkpoint at ``path``.
 
     Parameters
@@ -446,6 +488,10 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     guarantee : str
         The statement of the run's certificates (``Smoothing.guarantee``):
         the returned certificates carry it, whatever the file holds.
+    key : bytes or None, default=None
+        Authenticate the checkpoint with HMAC-SHA256 under this key (checked
+        by :func:`smoothsk._model_file.check_key`): it is written with one,
+        and resumed only if its HMAC matches (see the module docstring).
     keep : bool, default=False
         Keep the file when the run completes: a rerun then reads every
         certificate from it, so the caller can remove it once the results
@@ -459,7 +505,7 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
     parts = {**parts, "checkpoint_every": str(every), "version": __version__}
     store = get_store()
     if path.exists():
-        header, done, regions = _read(path, parts, n_inputs, every, store, alpha, n_classes)
+        header, done, regions = _read(path, parts, n_inputs, every, store, alpha, n_classes, key)
         current = store.digest()
         if current == header["regions_done"]:
             pass  # this process kept the store of the last finished chunk
@@ -489,7 +535,7 @@ def certify_in_chunks(certify_rows, n_inputs, path, every, parts, root_seed, get
         done = {name: getattr(chunk, name) if done is None else np.concatenate([done[name], getattr(chunk, name)])
                 for name in _CERTIFICATE_FIELDS}
         header = {**header, "chunks_done": header["chunks_done"] + 1, "regions_done": extended.digest()}
-        _write(path, header, done, extended)
+        _write(path, header, done, extended, key)
         store = extended
         set_store(store)  # only once the chunk is on disk
     if not keep:

@@ -78,13 +78,14 @@ MIN_KEY_BYTES = 16
 MAX_NESTING = 16
 
 
-def check_key(key):
-    """``key`` as bytes: None, or bytes of at least :data:`MIN_KEY_BYTES`."""
+def check_key(key, name="key"):
+    """``key`` as bytes: None, or bytes of at least :data:`MIN_KEY_BYTES`; a TypeError naming the argument ``name``."""
     if key is None:
         return None
     if not isinstance(key, (bytes, bytearray)) or len(key) < MIN_KEY_BYTES:
-        raise TypeError(f"key must be None or bytes of at least {MIN_KEY_BYTES} bytes (e.g. secrets.token_bytes(32), "
-                        f"kept where only the file's writers and readers see it); got {type(key).__name__}"
+        raise TypeError(f"{name} must be None or bytes of at least {MIN_KEY_BYTES} bytes (e.g. "
+                        f"secrets.token_bytes(32), kept where only the file's writers and readers see it); got "
+                        f"{type(key).__name__}"
                         + (f" of {len(key)} bytes" if isinstance(key, (bytes, bytearray)) else "") + ".")
     return bytes(key)
 

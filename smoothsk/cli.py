@@ -694,7 +694,8 @@ def run_certify(args):
               f"with them.", file=sys.stderr)
     # The checkpoint is kept until the CSV is on disk: a failure to write it loses no certificate.
     start = time.perf_counter()
-    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=checkpoint, keep_checkpoint=True)
+    prediction, radius, details = clf.certify(X, return_details=True, checkpoint=checkpoint, keep_checkpoint=True,
+                                              checkpoint_key=key)
     seconds = time.perf_counter() - start
     guarantee = details.guarantee
     # With labels: y and whether the certified prediction is y (1 or 0, abstentions 0), as in Cohen et al.'s logs.
@@ -800,7 +801,8 @@ def build_parser():
     cert.add_argument("--n-jobs", type=int, help="parallel workers of the Monte Carlo engine")
     cert.add_argument("--device", help="torch device to certify on (default: the model's)")
     cert.add_argument("--key-file", help="file holding the key the model was saved with: required for a model "
-                                         "saved with one, refused for one saved without; --save-model uses it too")
+                                         "saved with one, refused for one saved without; --save-model uses it "
+                                         "too, and --checkpoint (an HMAC-SHA256 under it, checked on resume)")
     cert.add_argument("--normalize", metavar="MEAN,..:STD,..",
                       help="put Normalize(MEAN, STD) in front of the model's module (for a network trained on "
                            "normalised inputs: noise and radii stay in the units of X); --save-model keeps it")

@@ -24,6 +24,7 @@ from skorch import NeuralNet
 from tqdm.auto import tqdm
 
 from . import _certification, _checkpoint, _inputs, _parallel, _params, _stages, _validation
+from ._model_file import check_key
 from ._persistence import load_estimator, save_estimator
 from ._training_steps import NoisyTrainingSteps
 from .certificates import ABSTAIN
@@ -627,7 +628,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         correct = _validation.correct_predictions(_validation.decode_labels(prediction, self.classes_), y)
         return float(np.average(correct, weights=sample_weight))
 
-    def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False):
+    def certify(self, X, return_details=False, checkpoint=None, checkpoint_every=1000, keep_checkpoint=False,
+                checkpoint_key=None):
         """Certified prediction and L2 radius per input.
 
         Each certificate is about the classifier ``details.guarantee`` names:
@@ -668,6 +670,12 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
             then returns every certificate from it without sampling. Remove it
             yourself once the results are saved (``smoothsk certify`` keeps it
             until its CSV is written).
+        checkpoint_key : bytes, optional
+            A secret key (16 bytes or more): the ``checkpoint`` file is written
+            with an HMAC-SHA256 under it, and resumed only if a holder of the key
+            wrote it and nothing changed since. Without a key the file's
+            certificates are checked for consistency only, so whoever can write
+            it can plant certificates that pass: keep it where only you write.
 
         Returns
         -------
@@ -680,6 +688,7 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         """
         smoothing = self._smoothing()
         every = _checkpoint.check_chunk_size(checkpoint_every)
+        checkpoint_key = check_key(checkpoint_key, "checkpoint_key")
         if checkpoint is not None:
             checkpoint = _checkpoint.check_path(checkpoint)
         if not isinstance(keep_checkpoint, bool):
@@ -706,7 +715,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
                     len(inputs), checkpoint, every,
                     _checkpoint.run_fingerprint(self, inputs), root_seed, get_store=lambda: self.regions_,
                     set_store=lambda store: setattr(self, "regions_", store), alpha=self.alpha,
-                    n_classes=len(self.classes_), guarantee=smoothing.guarantee, keep=keep_checkpoint)
+                    n_classes=len(self.classes_), guarantee=smoothing.guarantee, key=checkpoint_key,
+                    keep=keep_checkpoint)
         prediction = _validation.decode_labels(certificates.prediction, self.classes_)
         if return_details:
             return prediction, certificates.radius, certificates

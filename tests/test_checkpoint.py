@@ -441,16 +441,69 @@ def test_every_run_reads_back_its_own_checkpoint(make_linear_classifier, tmp_pat
         np.testing.assert_array_equal(again[1], expected[1])
 
 
+KEY, OTHER_KEY = b"k" * 32, b"o" * 32
+
+
+class TestKeyedCheckpoint:
+    """With checkpoint_key, a checkpoint resumes only if a holder of the key wrote it and nothing changed since."""
+
+    def test_a_keyed_run_resumes_with_the_certificates_of_one_pass(self, make_clf, tmp_path):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        expected = make_clf().certify(X, return_details=True)
+        self._interrupt_keyed(clf, X, path)
+        assert "hmac" in np.load(path).files
+        resumed = clf.certify(X, return_details=True, checkpoint=path, checkpoint_every=10, checkpoint_key=KEY)
+        np.testing.assert_array_equal(resumed[1], expected[1])
+        np.testing.assert_array_equal(resumed[0], expected[0])
+
+    @pytest.mark.parametrize("edit", [
+        # What the checks without a key let through: a larger sigma and n_samples allow a larger radius.
+        lambda path: {"arrays": {"certificates/sigma": recorded(path, "certificates/sigma") * 1e6,
+                                 "certificates/n_samples": recorded(path, "certificates/n_samples") * 10**9}},
+        lambda path: {"arrays": {"certificates/prediction": 1 - recorded(path, "certificates/prediction").clip(0)}},
+        lambda path: {"header": {"root_seed": 7}},
+        lambda path: {"arrays": {"hmac": np.zeros(32, np.uint8)}},
+    ], ids=["larger radii", "other predictions", "header", "hmac"])
+    def test_any_edit_is_refused(self, make_clf, tmp_path, edit):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        self._interrupt_keyed(clf, X, path)
+        tamper(path, **edit(path))
+        TestHostileCheckpoint.refused(clf, X, path, r"not written with this key, or edited since", key=KEY)
+
+    def test_the_key_is_needed_both_ways(self, make_clf, tmp_path):
+        clf, X, path = make_clf(), inputs(), tmp_path / "certify.ckpt"
+        self._interrupt_keyed(clf, X, path)
+        TestHostileCheckpoint.refused(clf, X, path, "authenticated with a key; pass it")
+        TestHostileCheckpoint.refused(clf, X, path, "not written with this key", key=OTHER_KEY)
+        plain = tmp_path / "plain.ckpt"
+        interrupt(clf, X, plain)
+        TestHostileCheckpoint.refused(clf, X, plain, "without authentication, but a key was given", key=KEY)
+
+    @pytest.mark.parametrize("key", [b"short", "a" * 32])
+    def test_a_key_that_is_not_long_bytes_is_refused_before_any_work(self, make_clf, tmp_path, key):
+        clf, X = make_clf(), inputs()
+        with pytest.raises(TypeError, match="checkpoint_key must be None or bytes of at least 16 bytes"):
+            clf.certify(X, checkpoint=tmp_path / "certify.ckpt", checkpoint_key=key)
+        assert InterruptingSampler.calls == [] and not (tmp_path / "certify.ckpt").exists()
+
+    @staticmethod
+    def _interrupt_keyed(clf, X, path):
+        InterruptingSampler.calls, InterruptingSampler.fail_at = [], 2
+        with pytest.raises(RuntimeError, match="interrupted"):
+            clf.certify(X, checkpoint=path, checkpoint_every=10, checkpoint_key=KEY)
+        InterruptingSampler.calls, InterruptingSampler.fail_at = [], None
+
+
 class TestHostileCheckpoint:
     """A checkpoint is read within bounds set by the run, and its contents are checked before any sampling."""
 
     @staticmethod
-    def refused(clf, X, path, words=""):
+    def refused(clf, X, path, words="", key=None):
         """Assert that resuming from ``path`` is refused, naming it, before sampling, and leaves it as it was."""
         saved = path.read_bytes()
         name = re.escape(str(path))
         with pytest.raises(ValueError, match=rf"{name}.*{words}.*delete {name}") as error:
-            clf.certify(X, checkpoint=path, checkpoint_every=10)
+            clf.certify(X, checkpoint=path, checkpoint_every=10, checkpoint_key=key)
         assert "\n" not in str(error.value)
         assert InterruptingSampler.calls == []
         assert path.read_bytes() == saved

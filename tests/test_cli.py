@@ -628,6 +628,25 @@ class TestKeyFile:
         assert len(read_csv(out)) == len(X)
         SampleWiseSmoothedClassifier.load(saved, key=b"a" * 64)  # --save-model keeps the key
 
+    def test_a_keyed_model_s_checkpoint_is_authenticated_with_its_key(self, npz_data, tmp_path, monkeypatch, capsys):
+        _, _, data, _ = npz_data
+        key = tmp_path / "key"
+        key.write_text("a" * 64 + "\n")
+        model, out, checkpoint = tmp_path / "keyed.safetensors", tmp_path / "c.csv", tmp_path / "run.ckpt"
+        assert main(["fit", str(data), "--out", str(model), "--epochs", "1", "--n", "40", "--n0", "10",
+                     "--key-file", str(key)]) == 0
+        common = ["certify", str(model), str(data), "--out", str(out), "--checkpoint", str(checkpoint),
+                  "--key-file", str(key)]
+        def disk_full(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as patch:  # the CSV cannot be written: the checkpoint is kept
+            patch.setattr("smoothsk.cli.csv.writer", disk_full)
+            assert main(common) == 2
+        assert "hmac" in np.load(checkpoint).files
+        capsys.readouterr()
+        assert main(common) == 0 and not checkpoint.exists()
+
     def test_an_unkeyed_model_is_refused_with_a_key(self, npz_data, tmp_path, capsys):
         _, _, data, model = npz_data
         (tmp_path / "key").write_text("a" * 64)
