@@ -40,9 +40,10 @@ certificates that pass (a larger sigma and ``n_samples`` allow a larger
 radius) or regions into the store. With a key (``checkpoint_key``, the
 command line's ``--key-file``) the file holds an HMAC-SHA256 under it of
 the header and every array it records (:func:`_authentication`), checked
-once they are read within the bounds above and before any of them is used:
-a checkpoint then resumes only if a holder of the key wrote it and nothing
-changed since. Without one, keep a checkpoint where only you can write, as
+once they are read within the bounds above (the header is parsed first,
+for its fingerprint and row counts) and before any certificate or region is
+used: a checkpoint then resumes only if a holder of the key wrote it and
+nothing changed since. Without one, keep a checkpoint where only you can write, as
 you would the results it holds.
 
 Region store protocol: every chunk is certified against a copy of the store
@@ -309,6 +310,8 @@ def _read_header(path, archive, parts):
     """The JSON header of the checkpoint in ``archive`` (and its bytes), refused unless of this format and this run."""
     try:
         header_bytes = archive.read("header", max_bytes=MAX_HEADER_BYTES)
+        if header_bytes.dtype != np.uint8 or header_bytes.ndim != 1:
+            raise ValueError(f"a header of {header_bytes.dtype} and {header_bytes.ndim} dimensions, not bytes")
         header = json.loads(header_bytes.tobytes().decode())
         if header["format"] != FORMAT:
             raise ValueError(f"format {reprlib.repr(header['format'])}")
@@ -329,14 +332,16 @@ def _read_header(path, archive, parts):
 def _authentication(key, members):
     """HMAC-SHA256 under ``key`` of the arrays ``members`` (name -> ndarray), as 32 uint8.
 
-    Each array's name, dtype, shape and bytes, in name order, each piece
+    The format's name, then each array's name, dtype (its full description:
+    fields too), shape and bytes in C order, in name order, each piece
     preceded by its length, so that no two sets of arrays give one sequence
-    of bytes.
+    of bytes, and no model file's HMAC under the same key is a checkpoint's.
     """
-    mac = hmac.new(key, digestmod=hashlib.sha256)
+    mac = hmac.new(key, FORMAT.encode(), digestmod=hashlib.sha256)
     for name in sorted(members):
-        array = np.ascontiguousarray(members[name])
-        for piece in (name.encode(), array.dtype.str.encode(), repr(array.shape).encode(), array.tobytes()):
+        array = np.asarray(members[name])
+        for piece in (name.encode(), repr(array.dtype.descr).encode(), repr(array.shape).encode(),
+                      np.ascontiguousarray(array).tobytes()):
             mac.update(len(piece).to_bytes(8, "little") + piece)
     return np.frombuffer(mac.digest(), dtype=np.uint8)
 

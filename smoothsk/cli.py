@@ -695,7 +695,7 @@ def run_certify(args):
     # The checkpoint is kept until the CSV is on disk: a failure to write it loses no certificate.
     start = time.perf_counter()
     prediction, radius, details = clf.certify(X, return_details=True, checkpoint=checkpoint, keep_checkpoint=True,
-                                              checkpoint_key=key)
+                                              checkpoint_key=key if checkpoint is not None else None)
     seconds = time.perf_counter() - start
     guarantee = details.guarantee
     # With labels: y and whether the certified prediction is y (1 or 0, abstentions 0), as in Cohen et al.'s logs.

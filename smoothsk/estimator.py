@@ -689,6 +689,8 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         smoothing = self._smoothing()
         every = _checkpoint.check_chunk_size(checkpoint_every)
         checkpoint_key = check_key(checkpoint_key, "checkpoint_key")
+        if checkpoint_key is not None and checkpoint is None:
+            raise ValueError("checkpoint_key authenticates a checkpoint file: pass checkpoint=path too.")
         if checkpoint is not None:
             checkpoint = _checkpoint.check_path(checkpoint)
         if not isinstance(keep_checkpoint, bool):

@@ -486,6 +486,19 @@ class TestKeyedCheckpoint:
             clf.certify(X, checkpoint=tmp_path / "certify.ckpt", checkpoint_key=key)
         assert InterruptingSampler.calls == [] and not (tmp_path / "certify.ckpt").exists()
 
+    def test_a_key_without_a_checkpoint_is_refused(self, make_clf):
+        # It was ignored: no file, nothing authenticated, and no word of it.
+        with pytest.raises(ValueError, match="checkpoint_key authenticates a checkpoint file: pass checkpoint"):
+            make_clf().certify(inputs(), checkpoint_key=KEY)
+
+    @pytest.mark.parametrize("one, other", [
+        ({"header": np.array(5, np.uint8)}, {"header": np.array([5], np.uint8)}),
+        ({"h": np.zeros(2, [("a", "u1"), ("b", "u1")])}, {"h": np.zeros(2, [("x", "u1"), ("y", "u1")])}),
+        ({"a": np.zeros(2, np.uint8)}, {"a": np.zeros((2, 1), np.uint8)}),
+    ], ids=["0-d and 1-d", "field names", "shapes"])
+    def test_the_authentication_tells_apart_arrays_of_the_same_bytes(self, one, other):
+        assert not np.array_equal(_checkpoint._authentication(KEY, one), _checkpoint._authentication(KEY, other))
+
     @staticmethod
     def _interrupt_keyed(clf, X, path):
         InterruptingSampler.calls, InterruptingSampler.fail_at = [], 2
