@@ -19,7 +19,6 @@ Why each is valid at any stopping time is in ``docs/sequential.md``.
 from abc import ABC, abstractmethod
 
 import numpy as np
-from scipy.special import logsumexp
 
 from ..statistics import clopper_pearson_interval, clopper_pearson_lower
 
@@ -120,7 +119,8 @@ def betting_lower(successes, trials, alpha, log_weights, lambdas):
         # log K(m) >= log(1 / alpha): the mean m is rejected.
         log_capital = (log_weights + successes[:, None] * np.log1p(lambdas * (1.0 - middle[:, None]))
                        + failures[:, None] * np.log1p(-lambdas * middle[:, None]))
-        reject = logsumexp(log_capital, axis=1) >= threshold
+        # log K(m) as numpy's log-add-exp reduction: scipy's logsumexp costs ~0.5 ms of array-API overhead a call.
+        reject = np.logaddexp.reduce(log_capital, axis=1) >= threshold
         low = np.where(reject, middle, low)
         high = np.where(reject, high, middle)
     # low is rejected (or 0) and K decreases, so inf {m : not rejected} >= low: low is conservative.
