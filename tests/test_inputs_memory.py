@@ -16,7 +16,7 @@ from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.sampling import FixedSampler
 
 class Generated:
-    '''Input i made when it is read (seeded by i), with a label: no input exists before it is read.'''
+    '''Input i made when it is read (every pixel i / n_inputs), with a label: no input exists before it is read.'''
 
     def __init__(self, n_inputs):
         self.n_inputs = n_inputs
@@ -25,7 +25,7 @@ class Generated:
         return self.n_inputs
 
     def __getitem__(self, index):
-        return np.random.default_rng(index).random((3, 224, 224), dtype=np.float32), index % 2
+        return np.full((3, 224, 224), index / self.n_inputs, dtype=np.float32), index % 2
 
 torch.set_num_threads(1)
 clf = SampleWiseSmoothedClassifier.from_module(PatchConv(), input_shape=(3, 224, 224), certify_batch_size=16,
