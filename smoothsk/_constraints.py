@@ -9,6 +9,9 @@ scikit-learn may change in any release. smoothsk imports it here only, and
 ``pyproject.toml`` bounds scikit-learn to the minor releases the suite was run
 with: a release that moves it fails at install or at this import, never
 silently inside a component.
+
+:func:`validate_parameter_constraints` is scikit-learn's, with one rule
+added for every component and the estimator alike: a bool is not a number.
 """
 
 from numbers import Integral
@@ -18,8 +21,9 @@ from sklearn.utils._param_validation import (
     Interval,
     InvalidParameterError,
     StrOptions,
-    validate_parameter_constraints,
+    make_constraint,
 )
+from sklearn.utils._param_validation import validate_parameter_constraints as _validate_with_sklearn
 
 __all__ = ["MAX_SAMPLE_SIZE", "SAMPLE_SIZE", "HasMethods", "Interval", "InvalidParameterError", "StrOptions",
            "validate_parameter_constraints"]
@@ -30,3 +34,36 @@ __all__ = ["MAX_SAMPLE_SIZE", "SAMPLE_SIZE", "HasMethods", "Interval", "InvalidP
 MAX_SAMPLE_SIZE = 10**9
 #: The constraint of every sample-size parameter: an int in [1, MAX_SAMPLE_SIZE].
 SAMPLE_SIZE = Interval(Integral, 1, MAX_SAMPLE_SIZE, closed="both")
+
+
+def validate_parameter_constraints(parameter_constraints, params, caller_name):
+    """scikit-learn's ``validate_parameter_constraints``, with a bool refused wherever no constraint is "boolean".
+
+    ``bool`` is a subclass of ``int`` in Python, so scikit-learn's
+    ``Interval(Integral, ...)`` and ``Interval(Real, ...)`` take ``True``
+    as 1: ``n=True`` in code, or a JSON ``true`` in a model file, would run
+    as one sample, and ``sigma=True`` as sigma 1.0.
+
+    Parameters
+    ----------
+    parameter_constraints : dict of str to list
+        Each parameter's constraints, in scikit-learn's language.
+    params : dict of str to object
+        The values to check.
+    caller_name : str
+        Named in the message.
+
+    Raises
+    ------
+    InvalidParameterError
+        scikit-learn's message: "The 'name' parameter of caller must be
+        ... Got value instead."
+    """
+    for name, value in params.items():
+        constraints = parameter_constraints.get(name, "no_validation")
+        if isinstance(value, bool) and constraints != "no_validation" and "boolean" not in constraints:
+            expected = [str(make_constraint(constraint)) for constraint in constraints]
+            expected = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])} or {expected[-1]}"
+            raise InvalidParameterError(f"The {name!r} parameter of {caller_name} must be {expected}. "
+                                        f"Got {value!r} instead.")
+    _validate_with_sklearn(parameter_constraints, params, caller_name=caller_name)
