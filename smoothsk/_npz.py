@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._messages import one_line
-from ._regular_file import open_regular_file, physical_memory
+from ._regular_file import allocating, open_regular_file
 
 __all__ = ["ArrayHeader", "NpyFile", "NpzArchive", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES",
            "SMALL_MEMBER_BYTES"]
@@ -336,26 +336,21 @@ class NpyFile:
         if not self._close.alive:  # its descriptor's number may name another file by now
             raise ValueError(f"{self.filename}: read after it was closed.")
         count, features = stop - start, math.prod(self.shape[1:])
-        size, memory = count * features * self.dtype.itemsize, physical_memory()
-        if size > memory:
-            raise ValueError(f"{self.filename}: rows {start} to {stop} take {size} bytes, more than this machine's "
-                             f"memory ({memory}).")
         try:
-            if not self._fortran_order:
-                rows = np.empty((count,) + self.shape[1:], self.dtype)
-                self._read_into(rows, start * features)
-                return rows
-            # Fortran order: value (i, j) of the (n, features) array is at i + n * j, so the rows of each feature
-            # are one run of the file, read into one row of the transposed chunk.
-            runs = np.empty((features, count), self.dtype)
-            for feature in range(features):
-                self._read_into(runs[feature], feature * len(self) + start)
-            return np.ascontiguousarray(runs.T.reshape((count,) + self.shape[1:], order="F"))
-        except MemoryError:
-            raise ValueError(f"{self.filename}: rows {start} to {stop} take {size} bytes, more than this process "
-                             "can allocate.") from None
+            with allocating(count * features * self.dtype.itemsize, self.filename):
+                if not self._fortran_order:
+                    rows = np.empty((count,) + self.shape[1:], self.dtype)
+                    self._read_into(rows, start * features)
+                    return rows
+                # Fortran order: value (i, j) of the (n, features) array is at i + n * j, so the rows of each
+                # feature are one run of the file, read into one row of the transposed chunk.
+                runs = np.empty((features, count), self.dtype)
+                for feature in range(features):
+                    self._read_into(runs[feature], feature * len(self) + start)
+                return np.ascontiguousarray(runs.T.reshape((count,) + self.shape[1:], order="F"))
         except OSError as error:
-            raise ValueError(f"{self.filename}: cannot read it ({error.strerror or error}).") from error
+            reason = error.strerror or error
+            raise ValueError(f"{self.filename}: cannot read rows {start} to {stop} ({reason}).") from error
 
     def _read_into(self, values, first):
         """Fill the C-contiguous array ``values`` from the data's value ``first`` on."""

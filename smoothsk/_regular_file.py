@@ -23,11 +23,12 @@ show key)``) is how keys are kept out of files, and at most a key's length
 is read from it.
 """
 
+import contextlib
 import errno
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "check_regular_file", "open_regular_file", "physical_memory", "read_regular_file"]
+__all__ = ["NotARegularFileError", "allocating", "check_regular_file", "open_regular_file", "read_regular_file"]
 
 
 class NotARegularFileError(OSError):
@@ -118,6 +119,36 @@ def physical_memory():
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+@contextlib.contextmanager
+def allocating(size, filename):
+    """Run a block that allocates ``size`` bytes for what it reads from ``filename``, or refuse them.
+
+    Sizes come from files, which may claim anything (a sparse file, a
+    header): more than the machine's memory is refused before the block
+    runs, and a ``MemoryError`` in the block becomes the file's refusal.
+
+    Parameters
+    ----------
+    size : int
+    filename : str or os.PathLike
+        Named by the error.
+
+    Raises
+    ------
+    OSError
+        With ``filename``; ``strerror`` "N bytes, more than this machine's
+        memory (M)" (``errno.EFBIG``) before the block, or "N bytes, more
+        than this process can allocate" (``errno.ENOMEM``) from it.
+    """
+    memory = physical_memory()
+    if size > memory:
+        raise OSError(errno.EFBIG, f"{size} bytes, more than this machine's memory ({memory})", os.fspath(filename))
+    try:
+        yield
+    except MemoryError:
+        raise OSError(errno.ENOMEM, f"{size} bytes, more than this process can allocate", os.fspath(filename)) from None
+
+
 def read_regular_file(path, largest=None):
     """The bytes of the regular file at ``path``, read whole through the descriptor :func:`open_regular_file` checked.
 
@@ -151,16 +182,11 @@ def read_regular_file(path, largest=None):
     """
     with open_regular_file(path) as file:
         size = os.fstat(file.fileno()).st_size
-        memory = physical_memory()
         if largest is not None and size > largest:
             raise OSError(errno.EFBIG, f"{size} bytes, more than the {largest} a file of its kind may take",
                           os.fspath(path))
-        if size > memory:  # read whole, it could never be held (a sparse file claims any size)
-            raise OSError(errno.EFBIG, f"{size} bytes, more than this machine's memory ({memory})", os.fspath(path))
-        try:
+        with allocating(size, path):
             content = file.read(size + 1)  # a byte more than the size checked: a file grown since shows
-        except MemoryError:
-            raise OSError(errno.ENOMEM, f"{size} bytes, more than this process can allocate", os.fspath(path)) from None
     if len(content) != size:
         raise OSError(errno.EIO, f"read {len(content)} of the {size} bytes its size says: it changed while it was "
                                  "read, or is not a file of stored bytes", os.fspath(path))

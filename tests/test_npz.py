@@ -232,10 +232,23 @@ class TestNpyFile:
         path.write_bytes(content)
         os.truncate(path, len(content) - 4096 + (1 << 40))  # its header, then the 1 TiB it declares, of nothing
         npy = NpyFile(path)
-        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: rows 0 to 268435456 take 1099511627776 "
-                                             r"bytes, more than this machine's memory \(\d+\)\.$"):
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: cannot read rows 0 to 268435456 "
+                                             r"\(1099511627776 bytes, more than this machine's memory \(\d+\)\)\.$"):
             np.asarray(npy)  # what a call that reads its inputs in one piece does (a stateful allocator)
         assert npy.rows(5, 6).shape == (1, 1024)
+
+    def test_rows_the_process_cannot_allocate_are_refused_naming_the_file(self, tmp_path, monkeypatch):
+        np.save(tmp_path / "a.npy", ARRAYS["X"])
+        npy = NpyFile(tmp_path / "a.npy")
+
+        def out_of_memory(*args, **kwargs):
+            raise MemoryError
+
+        monkeypatch.setattr(np, "empty", out_of_memory)
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'a.npy'))}: cannot read rows 0 to 2 "
+                                             rf"\({2 * ARRAYS['X'][0].nbytes} bytes, more than this process can "
+                                             r"allocate\)\.$"):
+            npy.rows(0, 2)
 
     def test_a_read_error_names_the_file(self, tmp_path, monkeypatch):
         np.save(tmp_path / "a.npy", ARRAYS["X"])
@@ -245,7 +258,7 @@ class TestNpyFile:
             raise OSError(errno.EIO, "Input/output error")
 
         monkeypatch.setattr(os, "pread", failing)
-        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'a.npy'))}: cannot read it "
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'a.npy'))}: cannot read rows 0 to 1 "
                                              r"\(Input/output error\)\.$"):
             npy.rows(0, 1)
 

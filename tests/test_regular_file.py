@@ -1,3 +1,4 @@
+import errno
 import os
 import socket
 import subprocess
@@ -14,7 +15,13 @@ from test_datasets import write_idx
 
 from smoothsk import SampleWiseSmoothedClassifier, _regular_file, datasets
 from smoothsk._npz import NpyFile, NpzArchive
-from smoothsk._regular_file import NotARegularFileError, check_regular_file, open_regular_file, read_regular_file
+from smoothsk._regular_file import (
+    NotARegularFileError,
+    allocating,
+    check_regular_file,
+    open_regular_file,
+    read_regular_file,
+)
 from smoothsk.cli import main
 from smoothsk.datasets import load_cifar10, load_mnist, load_mnist_protocol
 from smoothsk.models import FlatMLP
@@ -300,6 +307,12 @@ class TestReadRegularFile:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
         assert peak < 1 << 20, peak
+
+    def test_a_failed_allocation_is_the_files_refusal(self):
+        with pytest.raises(OSError) as refusal, allocating(100, "f.bin"):
+            raise MemoryError
+        assert (refusal.value.errno, refusal.value.strerror, refusal.value.filename) == (
+            errno.ENOMEM, "100 bytes, more than this process can allocate", "f.bin")
 
     @pytest.mark.parametrize("change, read", [(b"more", 104), (None, 50)])
     def test_a_file_that_grows_or_shrinks_once_opened_is_refused(self, tmp_path, monkeypatch, change, read):
