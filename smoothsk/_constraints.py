@@ -42,7 +42,8 @@ def validate_parameter_constraints(parameter_constraints, params, caller_name):
     ``bool`` is a subclass of ``int`` in Python, so scikit-learn's
     ``Interval(Integral, ...)`` and ``Interval(Real, ...)`` take ``True``
     as 1: ``n=True`` in code, or a JSON ``true`` in a model file, would run
-    as one sample, and ``sigma=True`` as sigma 1.0.
+    as one sample, and ``sigma=True`` as sigma 1.0. Only the ``"boolean"``
+    constraint admits a bool: declare a parameter that takes one with it.
 
     Parameters
     ----------
@@ -62,7 +63,8 @@ def validate_parameter_constraints(parameter_constraints, params, caller_name):
     for name, value in params.items():
         constraints = parameter_constraints.get(name, "no_validation")
         if isinstance(value, bool) and constraints != "no_validation" and "boolean" not in constraints:
-            expected = [str(make_constraint(constraint)) for constraint in constraints]
+            # As scikit-learn words it: its hidden constraints (a deprecated value, say) left out.
+            expected = [str(constraint) for constraint in map(make_constraint, constraints) if not constraint.hidden]
             expected = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])} or {expected[-1]}"
             raise InvalidParameterError(f"The {name!r} parameter of {caller_name} must be {expected}. "
                                         f"Got {value!r} instead.")

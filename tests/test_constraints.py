@@ -1,11 +1,14 @@
 """Parameter validation: scikit-learn's constraints, with booleans kept out of numbers."""
 
+from numbers import Integral
+
 import numpy as np
 import pytest
+from sklearn.utils._param_validation import Hidden
 from test_persistence_untrusted import forge, read_file
 
 from smoothsk import SampleWiseSmoothedClassifier
-from smoothsk._constraints import InvalidParameterError
+from smoothsk._constraints import Interval, InvalidParameterError, StrOptions, validate_parameter_constraints
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler, SequentialSampler
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, MultiStartFGSS
@@ -52,3 +55,11 @@ def test_a_model_file_whose_number_is_a_bool_is_refused_in_one_line(tmp_path):
         SampleWiseSmoothedClassifier.load(path)
     message = str(refusal.value)
     assert "\n" not in message and "bool.safetensors" in message and "'n' parameter" in message, message
+
+
+def test_the_message_names_what_scikit_learn_would_name():
+    # A hidden constraint (a deprecated value, say) is left out of the message, as scikit-learn leaves it out.
+    constraints = {"n": [Interval(Integral, 1, None, closed="left"), Hidden(StrOptions({"deprecated"}))]}
+    with pytest.raises(InvalidParameterError, match=r"^The 'n' parameter of Caller must be an int in the range "
+                                                    r"\[1, inf\)\. Got True instead\.$"):
+        validate_parameter_constraints(constraints, {"n": True}, caller_name="Caller")
