@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU figures (issue 31) in one run of at most 18 minutes (about 7 expected) on one H100-class GPU.
 #
-#   benchmarks/gpu_check.sh --prepare   here, with internet to the package registries: fills the kit
+#   benchmarks/gpu_check.sh --prepare   here, with internet to the package registries: dry-runs both GPU scripts
+#                                       (tests/test_gpu_check.py), then fills the kit
 #                                       folder .gpu/ (git-ignored) with skorch's wheel, the shared real
 #                                       MNIST, the 90-epoch LeNets and the Gaussian sigma-1.0 one's CPU certificates
 #   benchmarks/gpu_check.sh             on the GPU machine, with .gpu/ carried beside the working tree
@@ -32,6 +33,8 @@ export PYTHONUNBUFFERED=1
 
 if [ "$MODE" = --prepare ]; then
     set -e
+    # Both GPU scripts' steps at toy size on this CPU first (the suite leaves these dry runs out: 90 s).
+    python -m pytest -q -p no:cacheprovider -m gpu_scripts tests/test_gpu_check.py
     mkdir -p "$KIT/wheels" "$KIT/mnist" "$KIT/models"
     skorch_version=$(python -c "import skorch; print(skorch.__version__)")
     python -m pip download -q --no-deps --only-binary=:all: -d "$KIT/wheels" "skorch==$skorch_version"

@@ -4,6 +4,11 @@ The GPU machine is lent rarely and briefly: a step that fails there for a
 reason the CPU could have shown (a typo, a renamed option, a missing file)
 costs the whole check. This runs the same script, the same steps and
 commands, on the CPU, with a small stand-in for the shared MNIST.
+
+They start a dozen fresh interpreters (90 s on two cores), so they run where
+the scripts are about to be used, not in every run of the suite:
+``benchmarks/gpu_check.sh --prepare`` runs them before it fills the kit (by
+hand: ``python -m pytest -m gpu_scripts tests/test_gpu_check.py``).
 """
 
 import os
@@ -13,7 +18,10 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_datasets import write_idx, write_mnist_csv
+
+pytestmark = pytest.mark.gpu_scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 
