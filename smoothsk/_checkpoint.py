@@ -67,7 +67,6 @@ import hashlib
 import hmac
 import json
 import os
-import reprlib
 from numbers import Integral
 
 import joblib
@@ -75,7 +74,7 @@ import numpy as np
 
 from ._atomic import atomic_file, resolved, unwritable_reason
 from ._digest import module_fingerprint, value_digest
-from ._messages import one_line
+from ._messages import one_line, quoted
 from ._npz import NpzArchive
 from ._regular_file import open_regular_file
 from ._version import __version__
@@ -314,13 +313,13 @@ def _read_header(path, archive, parts):
             raise ValueError(f"a header of {header_bytes.dtype} and {header_bytes.ndim} dimensions, not bytes")
         header = json.loads(header_bytes.tobytes().decode())
         if header["format"] != FORMAT:
-            raise ValueError(f"format {reprlib.repr(header['format'])}")
+            raise ValueError(f"format {quoted(header['format'])}")
         format_version, recorded_parts = header["format_version"], dict(header["parts"])
     except (KeyError, TypeError, ValueError, RecursionError) as error:  # RecursionError: deeply nested JSON
         raise _refuse(path, f"not a smoothsk certify checkpoint ({type(error).__name__}: {one_line(error)})") \
             from error
     if type(format_version) is not int or format_version != FORMAT_VERSION:
-        raise _refuse(path, f"a checkpoint of format version {reprlib.repr(format_version)}; smoothsk "
+        raise _refuse(path, f"a checkpoint of format version {quoted(format_version)}; smoothsk "
                             f"{__version__} reads version {FORMAT_VERSION}")
     differ = [name for name in _PART_NAMES if recorded_parts.get(name) != parts[name]]
     if differ:
@@ -373,7 +372,7 @@ def _header_problem(header, n_chunks, store):
         if key not in header:
             return f"its header has no {key}"
         if not valid(header[key]):
-            return f"its header's {key} is {reprlib.repr(header[key])}, not {description}"
+            return f"its header's {key} is {quoted(header[key])}, not {description}"
     if "regions_attributes" not in header:
         return "its header has no regions_attributes"
     problem = type(store).attributes_problem(header["regions_attributes"])

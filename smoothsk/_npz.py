@@ -31,7 +31,6 @@ a mapped file cut short by its writer kills the reader with SIGBUS).
 import lzma
 import math
 import os
-import reprlib
 import tokenize
 import weakref
 import zipfile
@@ -40,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._messages import one_line
+from ._messages import one_line, quoted
 from ._regular_file import allocating, open_regular_file
 
 __all__ = ["ArrayHeader", "NpyFile", "NpzArchive", "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES",
@@ -88,7 +87,7 @@ class ArrayHeader:
         return math.prod(self.shape) * self.dtype.itemsize
 
     def __str__(self):
-        return f"shape {reprlib.repr(self.shape)} of {self.dtype}"
+        return f"shape {quoted(self.shape)} of {self.dtype}"
 
 
 class NpzArchive:
@@ -201,7 +200,7 @@ class NpzArchive:
         try:
             info = self._zip.getinfo(name + ".npy")
         except KeyError:
-            raise ValueError(f"no array {name!r} (the file has {reprlib.repr(self.names)})") from None
+            raise ValueError(f"no array {name!r} (the file has {quoted(self.names)})") from None
         if max_bytes is not None and info.file_size > max_bytes + _NPY_PREAMBLE_BYTES + MAX_NPY_HEADER_BYTES:
             raise ValueError(f"array {name!r} takes {info.file_size} bytes by the zip directory, more than an array "
                              f"of {max_bytes} bytes may take")

@@ -10,7 +10,6 @@ import argparse
 import csv
 import math
 import os
-import reprlib
 import sys
 import time
 
@@ -23,6 +22,7 @@ from ._atomic import atomic_file, resolved, unwritable_reason
 from ._checkpoint import check_path
 from ._demo import FULL, QUICK, run_demo
 from ._image_folder import ImageFolder
+from ._messages import quoted
 from ._model_file import MIN_KEY_BYTES, read_safetensors
 from ._module_state import load_module_state
 from ._npz import NpyFile, NpzArchive
@@ -100,7 +100,7 @@ def read_npz(path, require_y):
         for name in ("X", "y"):
             if name not in archive.names:
                 if name == "X" or require_y:
-                    raise InputFileError(f"{path}: no array {name!r} (the file has {reprlib.repr(archive.names)}); "
+                    raise InputFileError(f"{path}: no array {name!r} (the file has {quoted(archive.names)}); "
                                          f"write it with np.savez(path, X=X, y=y).")
                 continue
             try:

@@ -3,13 +3,13 @@
 import contextlib
 import dataclasses
 import hashlib
-import reprlib
 from dataclasses import dataclass
 
 import joblib
 import numpy as np
 import torch
 
+from .._messages import quoted
 from ..certificates import ABSTAIN
 
 #: What each attribute of a store read from a file may hold, with the description its refusal quotes: the
@@ -218,10 +218,10 @@ class RegionStore:
         """
         if not (isinstance(attributes, dict) and set(attributes) == set(_ATTRIBUTES)):
             names = sorted(map(str, attributes)) if isinstance(attributes, dict) else type(attributes).__name__
-            return f"attributes are {reprlib.repr(names)}; expected {sorted(_ATTRIBUTES)}"
+            return f"attributes are {quoted(names)}; expected {sorted(_ATTRIBUTES)}"
         for name, (expected, holds) in _ATTRIBUTES.items():
             if not holds(attributes[name]):
-                return f"{name} is {reprlib.repr(attributes[name])}; expected {expected}"
+                return f"{name} is {quoted(attributes[name])}; expected {expected}"
         return None
 
     def append(self, centres, radii, sigmas, predictions, p_lowers, rows=None):
