@@ -11,22 +11,28 @@ with: a release that moves it fails at install or at this import, never
 silently inside a component.
 
 :func:`validate_parameter_constraints` is scikit-learn's, with one rule
-added for every component and the estimator alike: a bool is not a number.
+added for every component and the estimator alike: a bool is not a number,
+alone or inside an array of numbers.
 """
 
 from numbers import Integral
 
+import numpy as np
 from sklearn.utils._param_validation import (
     HasMethods,
+    Hidden,
     Interval,
     InvalidParameterError,
+    Options,
     StrOptions,
     make_constraint,
 )
 from sklearn.utils._param_validation import validate_parameter_constraints as _validate_with_sklearn
 
-__all__ = ["MAX_SAMPLE_SIZE", "SAMPLE_SIZE", "HasMethods", "Interval", "InvalidParameterError", "StrOptions",
-           "validate_parameter_constraints"]
+from ._messages import quoted
+
+__all__ = ["MAX_SAMPLE_SIZE", "SAMPLE_SIZE", "HasMethods", "Hidden", "Interval", "InvalidParameterError", "Options",
+           "StrOptions", "holds_bool", "validate_parameter_constraints"]
 
 #: The most Monte Carlo samples per input any sample-size parameter takes (``n``, ``n0``, ``n_max``, ...):
 #: 10,000 times Cohen et al.'s 100,000, so no real run meets it, while a value from a file (``n=10**18``)
@@ -36,14 +42,34 @@ MAX_SAMPLE_SIZE = 10**9
 SAMPLE_SIZE = Interval(Integral, 1, MAX_SAMPLE_SIZE, closed="both")
 
 
+def holds_bool(value):
+    """Whether ``value`` is a bool or a list, tuple or array holding one at any depth (numpy's bools included).
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    bool
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.dtype == np.bool_ or (value.dtype == object and any(map(holds_bool, value.flat)))
+    return isinstance(value, (list, tuple)) and any(map(holds_bool, value))
+
+
 def validate_parameter_constraints(parameter_constraints, params, caller_name):
     """scikit-learn's ``validate_parameter_constraints``, with a bool refused wherever no constraint is "boolean".
 
     ``bool`` is a subclass of ``int`` in Python, so scikit-learn's
     ``Interval(Integral, ...)`` and ``Interval(Real, ...)`` take ``True``
     as 1: ``n=True`` in code, or a JSON ``true`` in a model file, would run
-    as one sample, and ``sigma=True`` as sigma 1.0. Only the ``"boolean"``
-    constraint admits a bool: declare a parameter that takes one with it.
+    as one sample, and ``sigma=True`` as sigma 1.0. Likewise numpy reads
+    ``[True, 0.5]`` as ``[1.0, 0.5]``, so an ``"array-like"`` parameter
+    holding a bool is refused too. Only the ``"boolean"`` constraint admits
+    a bool: declare a parameter that takes one (or an array of them) with it.
 
     Parameters
     ----------
@@ -62,10 +88,16 @@ def validate_parameter_constraints(parameter_constraints, params, caller_name):
     """
     for name, value in params.items():
         constraints = parameter_constraints.get(name, "no_validation")
-        if isinstance(value, bool) and constraints != "no_validation" and "boolean" not in constraints:
-            # As scikit-learn words it: its hidden constraints (a deprecated value, say) left out.
-            expected = [str(constraint) for constraint in map(make_constraint, constraints) if not constraint.hidden]
-            expected = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])} or {expected[-1]}"
-            raise InvalidParameterError(f"The {name!r} parameter of {caller_name} must be {expected}. "
-                                        f"Got {value!r} instead.")
+        if constraints == "no_validation" or "boolean" in constraints:
+            continue
+        inside_an_array = not isinstance(value, bool) and "array-like" in constraints
+        if not (holds_bool(value) if inside_an_array else isinstance(value, bool)):
+            continue
+        # As scikit-learn words it: its hidden constraints (a deprecated value, say) left out.
+        expected = [str(constraint) for constraint in map(make_constraint, constraints) if not constraint.hidden]
+        expected = expected[0] if len(expected) == 1 else f"{', '.join(expected[:-1])} or {expected[-1]}"
+        if inside_an_array:
+            expected = expected.replace("an array-like", "an array-like of numbers (a bool is not one)")
+        raise InvalidParameterError(f"The {name!r} parameter of {caller_name} must be {expected}. "
+                                    f"Got {quoted(value)} instead.")
     _validate_with_sklearn(parameter_constraints, params, caller_name=caller_name)

@@ -13,7 +13,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import _params
-from ._constraints import HasMethods, Interval, StrOptions, validate_parameter_constraints
+from ._constraints import HasMethods, Hidden, Interval, Options, StrOptions, validate_parameter_constraints
 from ._messages import one_line
 from ._modes import evaluating
 from ._training_steps import check_iterator_options
@@ -243,8 +243,9 @@ def correct_predictions(prediction, y_true):
     return (prediction == y_true.astype(object)) & (prediction != ABSTAIN)
 
 
-#: scikit-learn constraints of the estimator's own smoothing parameters (its components validate theirs).
-SMOOTHING_CONSTRAINTS = {
+#: scikit-learn constraints of the estimator's own parameters (its components validate theirs), skorch's training
+#: loop's numbers included (skorch checks none of them; ``batch_size=-1`` is its whole training set).
+ESTIMATOR_CONSTRAINTS = {
     "training": [HasMethods(["run", "batch_sigma"]), None],
     "sigma_search": [HasMethods(["search"]), None],
     "sampler": [HasMethods(["certify"]), None],
@@ -255,11 +256,16 @@ SMOOTHING_CONSTRAINTS = {
     "certify_memory_format": [StrOptions({"auto", "channels_last", "contiguous"})],
     "n_jobs": [Integral, None],
     "random_state": ["random_state"],
+    "lr": [Interval(Real, 0, None, closed="left")],
+    "max_epochs": [Interval(Integral, 0, None, closed="left")],
+    "batch_size": [Interval(Integral, 1, None, closed="left"), Hidden(Options(Integral, {-1}))],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    "warm_start": ["boolean"],
 }
 
 
 def smoothing_components(estimator):
-    """Check the smoothing parameters and return the components in use, each validated.
+    """Check the estimator's own parameters and return the smoothing components in use, each validated.
 
     Parameters
     ----------
@@ -276,8 +282,8 @@ def smoothing_components(estimator):
         Naming the parameter; or if a certified sigma function is combined
         with an allocator that does not compose with it.
     """
-    values = {key: getattr(estimator, key) for key in SMOOTHING_CONSTRAINTS}
-    validate_parameter_constraints(SMOOTHING_CONSTRAINTS, values,
+    values = {key: getattr(estimator, key) for key in ESTIMATOR_CONSTRAINTS}
+    validate_parameter_constraints(ESTIMATOR_CONSTRAINTS, values,
                                    caller_name=type(estimator).__name__)
     components = _params.Components.of(estimator)
     for name in _params.COMPONENTS:

@@ -22,6 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._constraints import holds_bool
+from ._messages import quoted
+
 __all__ = ["NoiseLevelExperts", "forward", "materialize", "takes_noise_level"]
 
 
@@ -133,13 +136,13 @@ class NoiseLevelExperts(nn.Module):
 
     def __init__(self, levels, experts, n_classes=None):
         super().__init__()
-        levels = np.asarray(levels, dtype=np.float64)
+        given, levels = levels, np.asarray(levels, dtype=np.float64)
         # Distinct in float32: the engine samples float32 (and lower-precision) inputs at float32 levels, and a
-        # row is routed by its level's value there.
-        if (levels.ndim != 1 or len(levels) == 0 or not np.all(np.isfinite(levels)) or np.any(levels <= 0)
-                or len(np.unique(levels.astype(np.float32))) != len(levels)):
-            raise ValueError(f"levels must be a non-empty sequence of noise levels > 0, finite and distinct in "
-                             f"float32; got {levels.tolist()!r}.")
+        # row is routed by its level's value there. A bool would be read as level 1.0 (or 0.0).
+        if (holds_bool(given) or levels.ndim != 1 or len(levels) == 0 or not np.all(np.isfinite(levels))
+                or np.any(levels <= 0) or len(np.unique(levels.astype(np.float32))) != len(levels)):
+            raise ValueError(f"levels must be a non-empty sequence of noise levels > 0 (numbers, not bools), finite "
+                             f"and distinct in float32; got {quoted(given)}.")
         experts = list(experts)
         if len(experts) != len(levels):
             raise ValueError(f"experts must hold one module per level: {len(levels)} levels, {len(experts)} "

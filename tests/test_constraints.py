@@ -9,6 +9,7 @@ from test_persistence_untrusted import forge, read_file
 
 from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk._constraints import Interval, InvalidParameterError, StrOptions, validate_parameter_constraints
+from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler, SequentialSampler
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, MultiStartFGSS
@@ -42,6 +43,68 @@ def test_the_estimators_own_numbers_refuse_a_bool():
     clf = SampleWiseSmoothedClassifier(FlatMLP, max_epochs=0, certify_batch_size=True)
     with pytest.raises(InvalidParameterError, match="'certify_batch_size' parameter"):
         clf.fit(X, y)
+
+
+@pytest.mark.parametrize("params, name", [
+    ({"lr": True}, "lr"),
+    ({"lr": -0.1}, "lr"),
+    ({"lr": float("nan")}, "lr"),
+    ({"max_epochs": True}, "max_epochs"),
+    ({"max_epochs": -1}, "max_epochs"),
+    ({"max_epochs": 2.5}, "max_epochs"),
+    ({"batch_size": False}, "batch_size"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": "64"}, "batch_size"),
+    ({"verbose": -1}, "verbose"),
+    ({"warm_start": 1}, "warm_start"),
+])
+def test_the_training_loops_numbers_are_checked_before_training(params, name):
+    # skorch's own parameters: lr=True trained at 1.0, max_epochs=-1 or batch_size=0 failed deep in skorch.
+    X, y = np.random.default_rng(0).random((20, 4), dtype=np.float32), np.arange(20) % 2
+    clf = SampleWiseSmoothedClassifier(FlatMLP, **{"max_epochs": 1, **params})
+    with pytest.raises(InvalidParameterError) as refusal:
+        clf.fit(X, y)
+    message = str(refusal.value)
+    assert message.startswith(f"The '{name}' parameter of SampleWiseSmoothedClassifier must be "), message
+    assert not hasattr(clf, "module_"), "refused before anything was built"
+
+
+def test_the_training_loops_documented_values_are_accepted():
+    X, y = np.random.default_rng(0).random((20, 4), dtype=np.float32), np.arange(20) % 2
+    clf = SampleWiseSmoothedClassifier(FlatMLP, module__hidden=4, max_epochs=1, batch_size=-1, lr=0.0, verbose=False,
+                                       warm_start=True)
+    clf.fit(X, y)
+
+
+@pytest.mark.parametrize("component, name", [
+    (CertifiedSigmaSelector(levels=[True, 0.5]), "levels"),
+    (CertifiedSigmaSelector(levels=np.array([0.25, True], dtype=object)), "levels"),
+    (MultiStartFGSS(starts=[(True, 1)]), "starts"),
+    (MultiStartFGSS(starts=[(1, 1), (4, np.True_)]), "starts"),
+])
+def test_a_bool_inside_an_array_is_not_a_number(component, name):
+    # np.asarray([True, 0.5]) is [1.0, 0.5]: without the rule, levels=[True, 0.5] ran at sigma 1.0.
+    with pytest.raises((InvalidParameterError, ValueError), match=f"'?{name}'?"):
+        component.validate()
+
+
+def test_experts_levels_refuse_a_bool():
+    with pytest.raises(ValueError, match="levels"):
+        NoiseLevelExperts([True, 0.5], [FlatMLP(hidden=4), FlatMLP(hidden=4)])
+
+
+@pytest.mark.parametrize("name, value", [("lr", True), ("max_epochs", True), ("batch_size", 0)])
+def test_a_model_file_with_a_bad_training_number_is_refused_in_one_line(tmp_path, name, value):
+    X, y = np.random.default_rng(0).random((20, 4), dtype=np.float32), np.arange(20) % 2
+    saved = tmp_path / "model.safetensors"
+    SampleWiseSmoothedClassifier(FlatMLP, module__hidden=4, max_epochs=0).fit(X, y).save(saved)
+    document, tensors = read_file(saved)
+    document["params"][name] = value
+    path = forge(tmp_path / "forged.safetensors", document, tensors)
+    with pytest.raises(ValueError) as refusal:
+        SampleWiseSmoothedClassifier.load(path)
+    message = str(refusal.value)
+    assert "\n" not in message and "forged.safetensors" in message and f"'{name}' parameter" in message, message
 
 
 def test_a_model_file_whose_number_is_a_bool_is_refused_in_one_line(tmp_path):
