@@ -53,7 +53,7 @@ MAX_COMPRESSION_RATIO = 256
 SMALL_MEMBER_BYTES = 1 << 20
 #: Longest ``.npy`` header read (numpy's own default limit; the headers it writes are 128 bytes or so).
 MAX_NPY_HEADER_BYTES = 10_000
-#: Bytes read from a member at a time, straight into the array.
+#: Bytes read at a time, from a member or an ``.npy`` file, into the array being filled.
 _CHUNK_BYTES = 1 << 20
 _NPY_MAGIC = b"\x93NUMPY"
 #: Bytes of an ``.npy`` file before its header: the magic string, the version and the header's length.
@@ -357,7 +357,8 @@ class NpyFile:
         at = self._offset + first * self.dtype.itemsize
         done = 0
         while done < len(view):
-            piece = os.pread(self._descriptor, len(view) - done, at + done)
+            # In chunks: os.pread returns a new bytes object, so one read of all of it would take twice its size.
+            piece = os.pread(self._descriptor, min(len(view) - done, _CHUNK_BYTES), at + done)
             if not piece:
                 raise ValueError(f"{self.filename}: changed while it was read: nothing at its byte {at + done}, "
                                  f"of the {self._size} it held when opened.")

@@ -226,6 +226,20 @@ class TestNpyFile:
         assert row.shape == (1, 1 << 14) and (row == 1).all()
         assert peak < 4 * row.nbytes, peak
 
+    def test_rows_of_a_c_ordered_file_take_the_memory_of_the_rows(self, tmp_path):
+        # 64 MiB of rows: reading them whole into a bytes object first took twice that at the peak, so a file
+        # between half the machine's memory and all of it passed the memory guard and could still be killed.
+        np.save(tmp_path / "c.npy", np.ones((1 << 10, 1 << 14), np.float32))
+        npy = NpyFile(tmp_path / "c.npy")
+        tracemalloc.start()
+        try:
+            rows = npy.rows(0, len(npy))
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert (rows == 1).all()
+        assert peak < 1.5 * rows.nbytes, peak
+
     def test_rows_beyond_the_machines_memory_are_refused_before_they_are_allocated(self, tmp_path):
         path = tmp_path / "huge.npy"
         content = npy_bytes(np.zeros((1, 1024), np.float32), shape=(1 << 28, 1024))
