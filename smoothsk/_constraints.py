@@ -18,6 +18,7 @@ alone or inside an array of numbers.
 from numbers import Integral
 
 import numpy as np
+import torch
 from sklearn.utils._param_validation import (
     HasMethods,
     Hidden,
@@ -40,10 +41,15 @@ __all__ = ["MAX_SAMPLE_SIZE", "SAMPLE_SIZE", "HasMethods", "Hidden", "Interval",
 MAX_SAMPLE_SIZE = 10**9
 #: The constraint of every sample-size parameter: an int in [1, MAX_SAMPLE_SIZE].
 SAMPLE_SIZE = Interval(Integral, 1, MAX_SAMPLE_SIZE, closed="both")
+#: How deep :func:`holds_bool` looks into nested containers (numpy's most dimensions).
+_MAX_DEPTH = 64
 
 
 def holds_bool(value):
-    """Whether ``value`` is a bool or a list, tuple or array holding one at any depth (numpy's bools included).
+    """Whether ``value`` is a bool or a list, tuple or array holding one (numpy's and torch's bools included).
+
+    Containers are looked into at most :data:`_MAX_DEPTH` deep (numpy's most
+    dimensions), and each once, so a self-referential list ends.
 
     Parameters
     ----------
@@ -53,11 +59,19 @@ def holds_bool(value):
     -------
     bool
     """
-    if isinstance(value, (bool, np.bool_)):
-        return True
-    if isinstance(value, np.ndarray):
-        return value.dtype == np.bool_ or (value.dtype == object and any(map(holds_bool, value.flat)))
-    return isinstance(value, (list, tuple)) and any(map(holds_bool, value))
+    pending, seen = [(value, 0)], set()
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (bool, np.bool_)):
+            return True
+        if isinstance(item, torch.Tensor):
+            if item.dtype == torch.bool:
+                return True
+        elif depth < _MAX_DEPTH and id(item) not in seen and (
+                isinstance(item, (list, tuple)) or (isinstance(item, np.ndarray) and item.dtype.kind in "bO")):
+            seen.add(id(item))
+            pending.extend((inner, depth + 1) for inner in (item.flat if isinstance(item, np.ndarray) else item))
+    return False
 
 
 def validate_parameter_constraints(parameter_constraints, params, caller_name):

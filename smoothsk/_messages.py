@@ -8,10 +8,21 @@ with :func:`one_line`.
 
 import reprlib
 
+import numpy as np
+
 #: Most characters of an error's text that a refusal quotes.
 MAX_QUOTED_CHARACTERS = 300
 
-_REPR = reprlib.Repr()
+
+class _Repr(reprlib.Repr):
+    """reprlib's shortened repr, with numpy arrays on one line and shortened as lists are."""
+
+    def repr_ndarray(self, array, level):
+        text = np.array2string(array, threshold=self.maxlist, edgeitems=self.maxlist // 2, separator=", ")
+        return f"array({' '.join(text.split())})"
+
+
+_REPR = _Repr()
 # Strings as long as a dotted class name or a path may be; containers of a few items (reprlib's defaults).
 _REPR.maxstring = _REPR.maxother = 100
 

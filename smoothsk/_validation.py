@@ -257,7 +257,7 @@ ESTIMATOR_CONSTRAINTS = {
     "n_jobs": [Integral, None],
     "random_state": ["random_state"],
     "lr": [Interval(Real, 0, None, closed="left")],
-    "max_epochs": [Interval(Integral, 0, None, closed="left")],
+    "max_epochs": [Interval(Integral, 0, None, closed="left"), None],
     "batch_size": [Interval(Integral, 1, None, closed="left"), Hidden(Options(Integral, {-1}))],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     "warm_start": ["boolean"],

@@ -4,6 +4,7 @@ from numbers import Integral
 
 import numpy as np
 import pytest
+import torch
 from sklearn.utils._param_validation import Hidden
 from test_persistence_untrusted import forge, read_file
 
@@ -13,7 +14,7 @@ from smoothsk.experts import NoiseLevelExperts
 from smoothsk.models import FlatMLP
 from smoothsk.sampling import FixedSampler, SequentialSampler
 from smoothsk.sigma import CertifiedSigmaSelector, GridSigmaSearch, MultiStartFGSS
-from smoothsk.training import FixedSigmaTraining
+from smoothsk.training import FixedSigmaTraining, PretrainFinetune
 
 
 @pytest.mark.parametrize("component, name", [
@@ -81,6 +82,8 @@ def test_the_training_loops_documented_values_are_accepted():
     (CertifiedSigmaSelector(levels=np.array([0.25, True], dtype=object)), "levels"),
     (MultiStartFGSS(starts=[(True, 1)]), "starts"),
     (MultiStartFGSS(starts=[(1, 1), (4, np.True_)]), "starts"),
+    (CertifiedSigmaSelector(levels=[torch.tensor(True), 0.5]), "levels"),
+    (CertifiedSigmaSelector(levels=np.array([[True, False]] * 3)), "levels"),
 ])
 def test_a_bool_inside_an_array_is_not_a_number(component, name):
     # np.asarray([True, 0.5]) is [1.0, 0.5]: without the rule, levels=[True, 0.5] ran at sigma 1.0.
@@ -88,9 +91,37 @@ def test_a_bool_inside_an_array_is_not_a_number(component, name):
         component.validate()
 
 
-def test_experts_levels_refuse_a_bool():
-    with pytest.raises(ValueError, match="levels"):
-        NoiseLevelExperts([True, 0.5], [FlatMLP(hidden=4), FlatMLP(hidden=4)])
+def test_a_bool_inside_an_array_is_refused_in_one_line():
+    with pytest.raises(InvalidParameterError) as refusal:
+        CertifiedSigmaSelector(levels=np.array([[True, False]] * 3)).validate()
+    assert "\n" not in str(refusal.value)
+
+
+def test_nested_or_self_referential_arrays_end_in_a_value_error():
+    deep, looped = [0.5], [0.5]
+    for _ in range(5000):
+        deep = [deep]
+    looped.extend([looped, looped, looped])
+    for levels in (deep, looped):
+        with pytest.raises(ValueError, match="levels"):
+            CertifiedSigmaSelector(levels=levels).validate()
+
+
+@pytest.mark.parametrize("levels", [[True, 0.5], [torch.tensor(True), 0.5], torch.tensor([True, False])])
+def test_experts_levels_refuse_a_bool(levels):
+    with pytest.raises(ValueError, match="levels") as refusal:
+        NoiseLevelExperts(levels, [FlatMLP(hidden=4), FlatMLP(hidden=4)])
+    assert "\n" not in str(refusal.value)
+
+
+def test_max_epochs_none_serves_schedules_that_do_not_use_it_and_is_refused_by_those_that_do():
+    # max_epochs=None was accepted before the training numbers were validated: PretrainFinetune sets its own.
+    X, y = np.random.default_rng(0).random((20, 4), dtype=np.float32), np.arange(20) % 2
+    schedule = PretrainFinetune(pretrain_epochs=1, finetune_epochs=1)
+    SampleWiseSmoothedClassifier(FlatMLP, module__hidden=4, max_epochs=None, training=schedule,
+                                 sampler=FixedSampler(n=20, n0=10)).fit(X, y)
+    with pytest.raises(ValueError, match=r"^max_epochs=None: FixedSigmaTraining trains for the estimator's "):
+        SampleWiseSmoothedClassifier(FlatMLP, module__hidden=4, max_epochs=None).fit(X, y)
 
 
 @pytest.mark.parametrize("name, value", [("lr", True), ("max_epochs", True), ("batch_size", 0)])

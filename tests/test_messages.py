@@ -18,3 +18,11 @@ def test_quoted_keeps_a_dotted_class_name_and_cuts_what_no_name_is():
     assert len(quoted("x" * 5000)) < 110
     assert len(quoted(list(range(3000)))) < 60
     assert len(quoted({"dtype": "<f4", "values": ["y" * 5000] * 10})) <= MAX_QUOTED_CHARACTERS + 4
+
+
+def test_quoted_puts_an_array_on_one_line_and_shortens_it():
+    import numpy as np
+
+    assert quoted(np.array([[0.25], [0.5]])) == "array([[0.25], [0.5 ]])"
+    text = quoted([np.arange(10**6).reshape(1000, 1000)])
+    assert "\n" not in text and "..." in text and len(text) <= MAX_QUOTED_CHARACTERS + 4

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from .._constraints import SAMPLE_SIZE, Interval, StrOptions
+from .._messages import quoted
 from .._stages import SEARCH_STAGE
 from ..statistics import gaussian_radius, top_class_radius
 from ._base import BaseSigmaSearch, SigmaSearchResult
@@ -147,7 +148,7 @@ class MultiStartFGSS(BaseSigmaSearch):
             pairs = np.empty(0)
         if pairs.ndim != 2 or pairs.shape[1] != 2 or len(pairs) == 0 or pairs.dtype.kind not in "iu":
             raise ValueError("starts must be a non-empty sequence of (level, step) integer pairs; "
-                             f"got {self.starts!r}.")
+                             f"got {quoted(self.starts)}.")
         for level, step in self.start_pairs():
             if not 1 <= level <= self.max_level or step == 0:
                 raise ValueError(f"Each start (level, step) needs 1 <= level <= max_level={self.max_level} "

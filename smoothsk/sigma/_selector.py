@@ -10,6 +10,7 @@ from scipy.stats import norm
 from sklearn.exceptions import NotFittedError
 
 from .._constraints import SAMPLE_SIZE, HasMethods, Interval
+from .._messages import quoted
 from .._modes import evaluating
 from .._module_state import build_from_file
 from .._stages import (
@@ -439,12 +440,15 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
 
     def _check_consistency(self):
         if self.levels is not None:
-            levels = np.asarray(self.levels)
+            try:
+                levels = np.asarray(self.levels)
+            except ValueError:  # ragged, or nested deeper than numpy's dimensions
+                levels = np.empty(0)
             if (levels.ndim != 1 or len(levels) == 0 or levels.dtype.kind not in "iuf"
                     or not np.all(np.isfinite(levels)) or np.any(levels <= 0)
                     or len(np.unique(levels)) != len(levels)):
                 raise ValueError(f"levels must be a non-empty 1-D sequence of distinct finite noise levels > 0, "
-                                 f"or None; got {self.levels!r}.")
+                                 f"or None; got {quoted(self.levels)}.")
         selector = self.selector
         is_class = isinstance(selector, type) and issubclass(selector, torch.nn.Module)
         if selector is not None and not (is_class or isinstance(selector, torch.nn.Module)):
@@ -501,6 +505,9 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             if self.init_from_classifier and not isinstance(self.selector, torch.nn.Module):
                 start_from_classifier(module, context.classifier, self.selector_sigma_)
             epochs = context.max_epochs if self.selector_epochs is None else self.selector_epochs
+            if epochs is None:
+                raise ValueError("max_epochs=None: the selector trains for the estimator's max_epochs when "
+                                 "selector_epochs is None; set either to an int >= 0.")
             train_selector(context, module, X.to(context.device),
                            torch.as_tensor(self.train_levels_, device=context.device),
                            self._component("selector_objective"), self.selector_sigma_, epochs)

@@ -76,6 +76,9 @@ class BaseTrainingSchedule(Component):
 
     def _fit_stage(self, net, X, y, done, epochs, fit_params):
         """Train ``epochs`` epochs (None: ``max_epochs``) of the stage ``stage_``, ``done`` of it done before."""
+        if epochs is None and net.max_epochs is None:
+            raise ValueError(f"max_epochs=None: {type(self).__name__} trains for the estimator's max_epochs; set it "
+                             "to an int >= 0.")
         if epochs is None or epochs > 0:
             net.fit_loop(X, y, epochs=epochs, **fit_params)
 
