@@ -64,6 +64,18 @@ class TestDivergence:
             clf.fit(X, y)
 
 
+def test_max_epochs_none_is_refused_before_the_selectors_targets_are_scored(monkeypatch):
+    # Scoring the targets certifies every training input at every level: the costly part of the selector's fit.
+    def scored(*args, **kwargs):
+        raise AssertionError("the targets were scored before the refusal")
+
+    monkeypatch.setattr("smoothsk.sigma._selector.training_targets", scored)
+    clf, X, y = untrained_experts(selector_epochs=None)
+    clf.set_params(max_epochs=None)
+    with pytest.raises(ValueError, match=r"^max_epochs=None: the selector trains for the estimator's max_epochs"):
+        clf.fit(X, y)
+
+
 class TestEpochDependentObjectives:
     @pytest.mark.parametrize("objective", [Macer(num_noise=2, deferred_epochs=1),
                                            SmoothAdv(steps=1, num_noise=2, warmup_epochs=2)],

@@ -499,15 +499,15 @@ class CertifiedSigmaSelector(BaseCertifiedSigma):
             self.selector_module_ = None
             return self
         if self.fit_selector:
+            epochs = context.max_epochs if self.selector_epochs is None else self.selector_epochs
+            if epochs is None:  # before the targets, the costly part of the fit
+                raise ValueError("max_epochs=None: the selector trains for the estimator's max_epochs when "
+                                 "selector_epochs is None; set either to an int >= 0.")
             self.train_levels_ = training_targets(context, X, y, self.levels_, self.target_neighbors,
                                                   self.min_level_gain)
             module = self._build_module(context, X, n_levels).to(context.device)
             if self.init_from_classifier and not isinstance(self.selector, torch.nn.Module):
                 start_from_classifier(module, context.classifier, self.selector_sigma_)
-            epochs = context.max_epochs if self.selector_epochs is None else self.selector_epochs
-            if epochs is None:
-                raise ValueError("max_epochs=None: the selector trains for the estimator's max_epochs when "
-                                 "selector_epochs is None; set either to an int >= 0.")
             train_selector(context, module, X.to(context.device),
                            torch.as_tensor(self.train_levels_, device=context.device),
                            self._component("selector_objective"), self.selector_sigma_, epochs)
