@@ -62,12 +62,9 @@ def holds_bool(value):
     pending, seen = [(value, 0)], set()
     while pending:
         item, depth = pending.pop()
-        if isinstance(item, (bool, np.bool_)):
+        if isinstance(item, (bool, np.bool_)) or (isinstance(item, torch.Tensor) and item.dtype == torch.bool):
             return True
-        if isinstance(item, torch.Tensor):
-            if item.dtype == torch.bool:
-                return True
-        elif depth < _MAX_DEPTH and id(item) not in seen and (
+        if depth < _MAX_DEPTH and id(item) not in seen and (
                 isinstance(item, (list, tuple)) or (isinstance(item, np.ndarray) and item.dtype.kind in "bO")):
             seen.add(id(item))
             pending.extend((inner, depth + 1) for inner in (item.flat if isinstance(item, np.ndarray) else item))
