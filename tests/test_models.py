@@ -1,5 +1,7 @@
 """Reference architectures."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +9,7 @@ from scipy import stats
 
 from smoothsk import ABSTAIN, SampleWiseSmoothedClassifier
 from smoothsk._presets import MODULES
-from smoothsk.models import CaffeLeNet, DigitsCNN, FlatMLP, LeNet, Normalize, Normalized
+from smoothsk.models import CaffeLeNet, DigitsCNN, FlatMLP, LeNet, Normalize, Normalized, TiledMaxPool2d
 from smoothsk.sampling import FixedSampler
 from smoothsk.sigma import FixedSigma
 from smoothsk.training import Pretrained
@@ -94,6 +96,58 @@ def test_pooling_before_relu_computes_the_classic_network_bit_for_bit(model_clas
     classic_logits.logsumexp(dim=1).sum().backward()
     for gradient, parameter in zip(gradients, model.parameters(), strict=True):
         assert torch.equal(gradient, parameter.grad)
+
+
+class TestTiledMaxPool2d:
+    """``TiledMaxPool2d(k)``: ``nn.MaxPool2d(k)``'s values without gradients, and its gradients with them."""
+
+    @staticmethod
+    def awkward_inputs():
+        """(3, 8, 7, 9): odd sizes to crop, NaN, infinities, signed zeros and tied maxima."""
+        torch.manual_seed(0)
+        x = torch.randn(3, 8, 7, 9)
+        x[0, 0, 0, 0], x[1, 2, 3, 4], x[2, 1, 1, 1] = float("nan"), float("inf"), -float("inf")
+        x[2, :, :4, :4] = torch.tensor([[-0.0, 0.0, 0.0, -0.0], [0.0, -0.0, -0.0, 0.0]] * 2)
+        x[1, 3] = 0.5
+        return x
+
+    @pytest.mark.parametrize("kernel_size", [2, 3])
+    @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+    def test_values_and_layout_are_max_pool_2ds_without_gradients(self, kernel_size, memory_format):
+        x = self.awkward_inputs().contiguous(memory_format=memory_format)
+        with torch.inference_mode():
+            pooled = TiledMaxPool2d(kernel_size)(x)
+        expected = torch.nn.MaxPool2d(kernel_size)(x)
+        # Equal values; a window of zeros of both signs may keep another one's sign, which no comparison sees.
+        torch.testing.assert_close(pooled, expected, rtol=0, atol=0, equal_nan=True)
+        assert pooled.is_contiguous(memory_format=memory_format)
+
+    def test_gradient_goes_to_one_of_tied_maxima_as_max_pool_2ds(self):
+        # torch.maximum would split it between them: training must not change with the layer.
+        x = self.awkward_inputs().nan_to_num(posinf=9.0, neginf=-9.0).requires_grad_()
+        TiledMaxPool2d(2)(x).sum().backward()
+        gradient, x.grad = x.grad, None
+        torch.nn.MaxPool2d(2)(x).sum().backward()
+        assert torch.equal(gradient, x.grad)
+
+    @pytest.mark.parametrize("model_class", [LeNet, CaffeLeNet, DigitsCNN])
+    @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+    def test_networks_logits_are_those_with_max_pool_2d(self, model_class, memory_format):
+        torch.manual_seed(0)
+        model = model_class().eval()
+        pooled_by_torch = copy.deepcopy(model)
+        for index, layer in enumerate(pooled_by_torch.layers):
+            if isinstance(layer, TiledMaxPool2d):
+                pooled_by_torch.layers[index] = torch.nn.MaxPool2d(layer.kernel_size)
+        assert [type(layer) for layer in pooled_by_torch.layers] != [type(layer) for layer in model.layers]
+        # A blank border, as digits have: windows of equal values (the bias alone) after the first convolution.
+        x = torch.zeros((64,) + model_class.input_shape)
+        x[..., 2:-2, 2:-2] = torch.rand((64,) + model_class.input_shape)[..., 2:-2, 2:-2]
+        x = x.contiguous(memory_format=memory_format)
+        model.to(memory_format=memory_format)
+        pooled_by_torch.to(memory_format=memory_format)
+        with torch.inference_mode():
+            assert torch.equal(model(x), pooled_by_torch(x))
 
 
 class TestNormalize:
