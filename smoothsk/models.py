@@ -22,13 +22,14 @@ class TiledMaxPool2d(nn.MaxPool2d):
 
     Without gradients each window's maximum is taken as elementwise maxima of
     ``k`` strided views along the rows, then along the columns. Torch's CPU
-    pooling kernel, which also finds each maximum's index, runs 1.1-8x slower
-    than that on the reference networks' shapes (``docs/scaling.md``). The
-    values are the same: a maximum rounds nothing, and NaN wins in both (a
-    window of zeros of both signs may keep another of its zeros' signs).
-    With gradients it is ``nn.MaxPool2d``'s forward, whose backward gives a
-    window's gradient to one of its tied maxima (``torch.maximum`` would split
-    it), so that training and attacks compute what they computed before.
+    pooling kernel, which also finds each maximum's index, took 1.6-5.4x as
+    long on the reference networks' shapes in ``channels_last`` and 8-12x in
+    the contiguous layout (``docs/scaling.md``). The values are the same: a
+    maximum rounds nothing, and NaN wins in both (a window of zeros of both
+    signs may keep another of its zeros' signs). With gradients it is
+    ``nn.MaxPool2d``'s forward, whose backward gives a window's gradient to
+    one of its tied maxima (``torch.maximum`` would split it), so that
+    training and attacks compute what they computed before.
 
     Parameters
     ----------
