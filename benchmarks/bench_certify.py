@@ -38,12 +38,15 @@ loop; (iii) n = 10,000 per input over 8 inputs: certify >= 1.0x the per-input
 loop (1.4x for ``lenet``).
 
 Run ``python benchmarks/bench_certify.py [--model lenet] [--threads 2]``
-(``--quick`` for a smoke run). On Linux, glibc's malloc returns the model's activation buffers to
-the kernel after each forward pass at default settings, and page faults then
-cost every method up to half its time, differently at each batch size (see
-docs/scaling.md); the rows are comparable within one run either way, and
-``--keep-freed-memory`` (:func:`smoothsk.allocator.keep_freed_memory`, as the
-``smoothsk`` command runs) removes the effect for every method.
+(``--quick`` for a smoke run; ``--torch-pooling`` runs the model with
+``nn.MaxPool2d`` in place of its ``TiledMaxPool2d``, the same values by
+torch's slower pooling kernel, to measure what that layer saves). On Linux,
+glibc's malloc returns the model's activation buffers to the kernel after each
+forward pass at default settings, and page faults then cost every method up to
+half its time, differently at each batch size (see docs/scaling.md); the rows
+are comparable within one run either way, and ``--keep-freed-memory``
+(:func:`smoothsk.allocator.keep_freed_memory`, as the ``smoothsk`` command
+runs) removes the effect for every method.
 """
 
 import copy
@@ -58,7 +61,7 @@ from smoothsk import SampleWiseSmoothedClassifier
 from smoothsk.allocator import keep_freed_memory
 from smoothsk.datasets import load_digits_images
 from smoothsk.engine import _NoiseSource, stage_key
-from smoothsk.models import CifarResNet, DigitsCNN, LeNet
+from smoothsk.models import CifarResNet, DigitsCNN, LeNet, TiledMaxPool2d
 from smoothsk.sampling import FixedSampler
 from smoothsk.training import FixedSigmaTraining, Pretrained
 
@@ -207,6 +210,15 @@ def forward_cost(module, shape, batch_size, repeats, clock):
     return best
 
 
+def with_torch_pooling(module):
+    """``module`` with each ``TiledMaxPool2d`` replaced by ``nn.MaxPool2d`` of its kernel size, in place."""
+    for parent in list(module.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, TiledMaxPool2d):
+                setattr(parent, name, torch.nn.MaxPool2d(child.kernel_size))
+    return module
+
+
 def run_regime(clf, X, n, repeats, clock):
     """Times of each method on inputs X at n estimation samples each ({method: [seconds per repeat]}), and the
     name of the forward method the forward-pass limit is."""
@@ -248,6 +260,8 @@ def main():
                         help="time the process's CPU time (default; steadier on a shared machine) or wall time")
     parser.add_argument("--keep-freed-memory", action="store_true", help="keep_freed_memory() before anything runs")
     parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats (default 7; --quick: 1)")
+    parser.add_argument("--torch-pooling", action="store_true",
+                        help="run the model with nn.MaxPool2d in place of its TiledMaxPool2d (the same values)")
     args = parser.parse_args()
     kept = keep_freed_memory() if args.keep_freed_memory else False
     torch.set_num_threads(args.threads)
@@ -268,13 +282,16 @@ def main():
         clf = SampleWiseSmoothedClassifier(module().eval(), training=Pretrained(SIGMA), sampler=FixedSampler(),
                                            random_state=0, certify_batch_size=batch_size, n_jobs=args.n_jobs)
         clf.partial_fit(X_test[:1], np.zeros(1, dtype=np.int64), classes=np.arange(10))
+    if args.torch_pooling:
+        with_torch_pooling(clf.module_)
     regimes = [("(i)", 20_000, 1 if args.quick else limit_inputs, "forward-pass limit", 0.95),
                ("(ii)", 200, 100 if args.quick else 500, "per-input loop", 1.0),
                ("(iii)", 10_000, 2 if args.quick else 8, "per-input loop", loop_target)]
     regimes = [regime for regime in regimes if regime[0].strip("()") in args.regimes.split(",")]
     repeats = 1 if args.quick else args.repeats
 
-    print(f"{args.model}, torch {torch.__version__}, {args.threads} thread(s), n_jobs={args.n_jobs}, "
+    print(f"{args.model}{' (nn.MaxPool2d)' if args.torch_pooling else ''}, torch {torch.__version__}, "
+          f"{args.threads} thread(s), n_jobs={args.n_jobs}, "
           f"certify_batch_size={clf.certify_batch_size}, keep_freed_memory {kept}, "
           f"n0={N0}, {args.clock} time, {repeats} interleaved repeat(s)\n")
     table_header(["regime", "inputs", "n per input", "method", "noisy samples", "best seconds", "samples/s",
