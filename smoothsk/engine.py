@@ -146,10 +146,13 @@ def runs_channels_last(memory_format, module, input_dim, accelerated):
     depend on how busy the machine was, so that certificates are
     reproducible. ``"auto"`` picks ``channels_last`` for 4-D inputs on an
     accelerator, and on the CPU for a module with a 2-D convolution, where
-    oneDNN's convolutions run fastest in it (``LeNet`` on 1x28x28 about 1.5x,
-    ``CifarResNet`` 1.35x, ``benchmarks/bench_certify.py``); a module
-    without one (a flattening MLP) stays contiguous, as a ``Flatten`` of a
-    ``channels_last`` batch would copy it.
+    oneDNN's convolutions and torch's max pooling run fastest in it (a
+    ``LeNet`` pooling with ``nn.MaxPool2d`` 1.3-1.7x, ``CifarResNet``
+    1.05-1.35x, ``DigitsCNN`` 1.16x; ``LeNet`` pools with
+    :class:`~smoothsk.models.TiledMaxPool2d`, fast in both layouts, and ran
+    about as fast in either on an AVX2 CPU; ``benchmarks/bench_certify.py``);
+    a module without one (a flattening MLP) stays contiguous, as a
+    ``Flatten`` of a ``channels_last`` batch would copy it.
 
     Parameters
     ----------
