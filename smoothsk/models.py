@@ -6,36 +6,40 @@ Each architecture takes ``n_classes``, which the estimator fills in.
 
 import functools
 import inspect
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from torch import nn
 
+from ._messages import quoted
 from .experts import takes_noise_level
 
 __all__ = ["DigitsCNN", "FlatMLP", "LeNet", "CaffeLeNet", "CifarResNet", "Normalize", "Normalized", "TiledMaxPool2d"]
 
 
 class TiledMaxPool2d(nn.MaxPool2d):
-    """``nn.MaxPool2d(kernel_size)`` (windows of k x k at stride k), computed faster without gradients.
+    """``nn.MaxPool2d(kernel_size)`` (windows of k x k at stride k), computed faster in inference mode.
 
-    Without gradients each window's maximum is taken as elementwise maxima of
+    In ``torch.inference_mode()``, where smoothsk's engine runs every noisy
+    forward pass, each window's maximum is taken as elementwise maxima of
     ``k`` strided views along the rows, then along the columns. Torch's CPU
-    pooling kernel, which also finds each maximum's index, took 1.6-5.4x as
-    long on the reference networks' shapes in ``channels_last`` and 8-12x in
-    the contiguous layout (``docs/scaling.md``). The values are the same: a
-    maximum rounds nothing, and NaN wins in both (a window of zeros of both
-    signs may keep another of its zeros' signs). With gradients it is
-    ``nn.MaxPool2d``'s forward, whose backward gives a window's gradient to
-    one of its tied maxima (``torch.maximum`` would split it), so that
-    training and attacks compute what they computed before.
+    pooling kernel, which also finds each maximum's index, took 1.6-12x as
+    long on the reference networks' shapes (``docs/scaling.md``). The values
+    are the same: a maximum rounds nothing, and NaN wins in both (a window of
+    zeros of both signs may keep another of its zeros' signs). Elsewhere it
+    is ``nn.MaxPool2d``: derivatives of either mode give a window's
+    derivative to one of its tied maxima (``torch.maximum`` would split it),
+    so training and attacks compute what they computed before. So does an
+    input smaller than a window, or a setting of ``nn.MaxPool2d`` changed
+    after construction.
 
     Parameters
     ----------
     kernel_size : int
-        ``k``, the side of a window and the stride; rows and columns beyond
-        the last whole window are dropped, as ``nn.MaxPool2d`` drops them.
+        ``k`` >= 2, the side of a window and the stride; rows and columns
+        beyond the last whole window are dropped, as ``nn.MaxPool2d`` drops
+        them.
 
     Examples
     --------
@@ -45,13 +49,18 @@ class TiledMaxPool2d(nn.MaxPool2d):
     """
 
     def __init__(self, kernel_size):
-        super().__init__(kernel_size)
+        if not isinstance(kernel_size, Integral) or isinstance(kernel_size, bool) or kernel_size < 2:
+            raise ValueError(f"kernel_size must be an int >= 2 (the side of a window and the stride); "
+                             f"got {quoted(kernel_size)}.")
+        super().__init__(int(kernel_size))
 
     def forward(self, x):
         """Pool ``x`` of shape (..., H, W) to (..., H // k, W // k), in ``x``'s memory layout."""
-        if torch.is_grad_enabled() and x.requires_grad:
-            return super().forward(x)
         k = self.kernel_size
+        settings = (self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices)
+        # Outside inference mode a derivative may be taken, forward-mode ones even under no_grad.
+        if not (torch.is_inference_mode_enabled() and settings == (k, 0, 1, False, False) and min(x.shape[-2:]) >= k):
+            return super().forward(x)
         x = x[..., :x.shape[-2] // k * k, :x.shape[-1] // k * k]
         rows = functools.reduce(torch.maximum, (x[..., offset::k, :] for offset in range(k)))
         return functools.reduce(torch.maximum, (rows[..., offset::k] for offset in range(k)))

@@ -520,6 +520,30 @@ class TestMemoryFormat:
         assert chi_square_statistic(counts, exact_probabilities(x, sigma)) < stats.chi2.ppf(1 - 1e-6, df=12)
 
 
+class InferenceModeRecorder(torch.nn.Module):
+    """``Buckets``, recording whether each batch ran in ``torch.inference_mode``."""
+
+    def __init__(self):
+        super().__init__()
+        self.buckets = Buckets()
+        self.modes = []
+
+    def forward(self, x):
+        self.modes.append(torch.is_inference_mode_enabled())
+        return self.buckets(x)
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+@pytest.mark.parametrize("soft", [False, True])
+def test_every_noisy_forward_pass_runs_in_inference_mode(inputs, n_jobs, soft):
+    # Inference mode is per thread; layers such as TiledMaxPool2d take their fast path only there.
+    X, _, sigma = inputs
+    recorder = InferenceModeRecorder()
+    engine = MonteCarloEngine(recorder, 3, batch_size=50, root_seed=0, n_jobs=n_jobs)
+    (engine.mean_softmax if soft else engine.class_counts)(X, sigma, 200, (1,))
+    assert len(recorder.modes) >= 2 and all(recorder.modes)
+
+
 class TestOutOfMemory:
     @pytest.mark.parametrize("soft", [False, True])
     def test_batch_is_halved_until_it_fits_with_the_same_results(self, inputs, soft):

@@ -1,6 +1,8 @@
 """Reference architectures."""
 
+import contextlib
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -103,10 +105,11 @@ class TestTiledMaxPool2d:
 
     @staticmethod
     def awkward_inputs():
-        """(3, 8, 7, 9): odd sizes to crop, NaN, infinities, signed zeros and tied maxima."""
+        """(3, 8, 7, 9): odd sizes to crop, NaN (at each place of a window), infinities, signed zeros and ties."""
         torch.manual_seed(0)
         x = torch.randn(3, 8, 7, 9)
-        x[0, 0, 0, 0], x[1, 2, 3, 4], x[2, 1, 1, 1] = float("nan"), float("inf"), -float("inf")
+        x[0, 0, 0, 0], x[0, 0, 1, 3], x[0, 1, 2, 5], x[0, 1, 5, 4] = (float("nan"),) * 4
+        x[1, 2, 3, 4], x[2, 1, 1, 1] = float("inf"), -float("inf")
         x[2, :, :4, :4] = torch.tensor([[-0.0, 0.0, 0.0, -0.0], [0.0, -0.0, -0.0, 0.0]] * 2)
         x[1, 3] = 0.5
         return x
@@ -129,6 +132,48 @@ class TestTiledMaxPool2d:
         gradient, x.grad = x.grad, None
         torch.nn.MaxPool2d(2)(x).sum().backward()
         assert torch.equal(gradient, x.grad)
+
+    # torch's forward-mode AD scripts its decompositions when first used, which warns in torch 2.13.
+    @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+    @pytest.mark.parametrize("context", [contextlib.nullcontext, torch.no_grad])
+    def test_forward_mode_derivatives_are_max_pool_2ds(self, context):
+        # Forward-mode AD needs no input that requires grad, and runs under no_grad too.
+        x = self.awkward_inputs().nan_to_num(posinf=9.0, neginf=-9.0)
+        tangent = torch.randn_like(x)
+        with context():
+            _, derivative = torch.func.jvp(TiledMaxPool2d(2), (x,), (tangent,))
+            _, expected = torch.func.jvp(torch.nn.MaxPool2d(2), (x,), (tangent,))
+        assert torch.equal(derivative, expected)
+
+    def test_inference_mode_does_not_run_torchs_pooling_kernel(self, monkeypatch):
+        # What the layer is for: the speed of certification, which samples in inference mode.
+        def refused(*args, **kwargs):
+            raise AssertionError("torch's max pooling ran")
+        monkeypatch.setattr(torch.nn.functional, "max_pool2d", refused)
+        with torch.inference_mode():
+            assert TiledMaxPool2d(2)(torch.randn(2, 3, 4, 4)).shape == (2, 3, 2, 2)
+
+    @pytest.mark.parametrize("settings, shape", [({"ceil_mode": True}, (1, 1, 5, 5)), ({"padding": 1}, (1, 1, 4, 4)),
+                                                 ({"stride": 1}, (1, 1, 4, 4)), ({}, (1, 1, 1, 5))])
+    def test_settings_changed_after_construction_or_inputs_smaller_than_a_window_are_max_pool_2ds(self, settings,
+                                                                                                 shape):
+        pool = TiledMaxPool2d(2)
+        for name, value in settings.items():
+            setattr(pool, name, value)
+        x = torch.randn(shape)
+        with torch.inference_mode():
+            try:
+                expected = torch.nn.MaxPool2d(2, **settings)(x)
+            except RuntimeError as error:
+                with pytest.raises(RuntimeError, match=re.escape(str(error))):
+                    pool(x)
+            else:
+                assert torch.equal(pool(x), expected)
+
+    @pytest.mark.parametrize("kernel_size", [1, 0, True, 2.0, (2, 2), "2"])
+    def test_a_kernel_size_other_than_an_int_of_at_least_2_is_refused(self, kernel_size):
+        with pytest.raises(ValueError, match=r"^kernel_size must be an int >= 2 .*; got "):
+            TiledMaxPool2d(kernel_size)
 
     @pytest.mark.parametrize("model_class", [LeNet, CaffeLeNet, DigitsCNN])
     @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
