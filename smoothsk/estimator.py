@@ -88,13 +88,13 @@ class SampleWiseSmoothedClassifier(ClassifierMixin, NoisyTrainingSteps, NeuralNe
         (``set_params`` with a new value clears ``regions_``).
     certify_memory_format : {"auto", "channels_last", "contiguous"}, default="auto"
         Layout of image batches (4-D inputs) and of the module's weights when
-        sampling. ``"auto"`` runs ``channels_last`` on accelerators and, on
-        the CPU, for modules with a 2-D convolution, where it is fastest (up
-        to 1.7x with torch's max pooling); the rule depends on the module and
-        the device only, never on a timing, so certificates are reproducible.
-        The other values force a layout. The module is converted in place (strides only, its
-        values are unchanged). Logits can differ in their last bits between
-        layouts, so a rare noisy copy at a decision boundary can vote
+        sampling. ``"auto"`` runs ``channels_last`` on accelerators and, on the
+        CPU, for modules with a 2-D convolution, where it is fastest (up to
+        1.7x with torch's max pooling); the rule depends on the module and the
+        device only, never on a timing, so certificates are reproducible. The
+        other values force a layout. The module is converted in place (strides
+        only, its values are unchanged). Logits can differ in their last bits
+        between layouts, so a rare noisy copy at a decision boundary can vote
         otherwise: each layout certifies the module as run in it, as each
         device does.
     n_jobs : int or None, default=None

@@ -58,7 +58,8 @@ class TiledMaxPool2d(nn.MaxPool2d):
         """Pool ``x`` of shape (..., H, W) to (..., H // k, W // k), in ``x``'s memory layout."""
         k = self.kernel_size
         settings = (self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices)
-        # Outside inference mode a derivative may be taken, forward-mode ones even under no_grad.
+        # Outside inference mode a derivative may be taken, forward-mode ones even under no_grad; other
+        # settings, and an input smaller than a window, are nn.MaxPool2d's to pool or to refuse.
         if not (torch.is_inference_mode_enabled() and settings == (k, 0, 1, False, False) and min(x.shape[-2:]) >= k):
             return super().forward(x)
         x = x[..., :x.shape[-2] // k * k, :x.shape[-1] // k * k]

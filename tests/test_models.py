@@ -101,7 +101,7 @@ def test_pooling_before_relu_computes_the_classic_network_bit_for_bit(model_clas
 
 
 class TestTiledMaxPool2d:
-    """``TiledMaxPool2d(k)``: ``nn.MaxPool2d(k)``'s values without gradients, and its gradients with them."""
+    """``TiledMaxPool2d(k)``: ``nn.MaxPool2d(k)``'s values in inference mode, and ``nn.MaxPool2d`` elsewhere."""
 
     @staticmethod
     def awkward_inputs():
@@ -116,7 +116,7 @@ class TestTiledMaxPool2d:
 
     @pytest.mark.parametrize("kernel_size", [2, 3])
     @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
-    def test_values_and_layout_are_max_pool_2ds_without_gradients(self, kernel_size, memory_format):
+    def test_values_and_layout_are_max_pool_2ds_in_inference_mode(self, kernel_size, memory_format):
         x = self.awkward_inputs().contiguous(memory_format=memory_format)
         with torch.inference_mode():
             pooled = TiledMaxPool2d(kernel_size)(x)
